@@ -1,0 +1,151 @@
+// hopattn-bench: runs forward and backward on a default problem, on one given by flags, or on the
+// standard sweep; checks each result against the GPU float64 reference with FA3's rule; prints
+// median times and TFLOP/s, and optionally JSON.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "api/device.hpp"
+#include "bench_options.hpp"
+#include "bench_report.hpp"
+#include "hopattn/hopattn.hpp"
+#include "problem_flops.hpp"
+#include "testing/attention_case.hpp"
+#include "testing/gpu_oracle.hpp"
+
+namespace hopattn::bench {
+namespace {
+
+using testing::check_cuda;
+
+void require(const Status& s, const char* what) {
+  if (!s.ok()) throw std::runtime_error(std::string(what) + ": " + s.message());
+}
+
+// Median over `repetitions` launches timed with CUDA events, after `warmup` untimed ones.
+double median_ms(const std::function<Status()>& launch, int warmup, int repetitions) {
+  for (int i = 0; i < warmup; ++i) require(launch(), "warm-up launch");
+  cudaEvent_t start, stop;
+  check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<float> times;
+  for (int i = 0; i < repetitions; ++i) {
+    check_cuda(cudaEventRecord(start), "cudaEventRecord");
+    require(launch(), "timed launch");
+    check_cuda(cudaEventRecord(stop), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(stop), "kernel");
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
+std::string summarize(const std::vector<testing::ErrorReport>& reports, bool backward) {
+  std::string failures;
+  for (const testing::ErrorReport& r : reports) {
+    const bool is_backward = r.name[0] == 'd';
+    if (is_backward == backward && !r.ok) failures += (failures.empty() ? "" : "; ") + r.str();
+  }
+  return failures.empty() ? "pass" : "FAIL: " + failures;
+}
+
+std::vector<ResultRow> run_problem(const BenchOptions& options, const BenchProblem& problem) {
+  const testing::AttentionCase c(problem.spec);
+  const testing::Outputs fwd = c.new_outputs();
+  const ForwardArgs forward_args = c.forward_args(fwd);
+  std::vector<ResultRow> rows;
+
+  const auto run_forward = [&] { return forward(forward_args, nullptr); };
+  require(run_forward(), "forward");
+  if (options.run_forward) {
+    ResultRow row{"hopattn", "fwd", problem};
+    row.ms = median_ms(run_forward, options.warmup, options.repetitions);
+    row.tflops = forward_flops(problem.spec) / (row.ms * 1e9);
+    rows.push_back(row);
+  }
+
+  testing::Outputs grads;
+  if (options.run_backward) {
+    grads = c.new_outputs();
+    BackwardArgs backward_args = c.backward_args(fwd, grads);
+    backward_args.deterministic = problem.deterministic;
+    size_t bytes = 0;
+    require(backward_workspace_size(backward_args, &bytes), "backward_workspace_size");
+    testing::DeviceBuffer workspace(bytes);
+    const auto run_backward = [&] { return backward(backward_args, Workspace{workspace.data(), bytes}, nullptr); };
+    ResultRow row{"hopattn", "bwd", problem};
+    row.ms = median_ms(run_backward, options.warmup, options.repetitions);
+    row.tflops = backward_flops(problem.spec) / (row.ms * 1e9);
+    rows.push_back(row);
+  }
+  check_cuda(cudaDeviceSynchronize(), "benchmark");
+
+  if (options.check) {
+    const auto reports = testing::check_with_gpu_oracle(c, fwd, options.run_backward ? &grads : nullptr);
+    for (ResultRow& row : rows) row.check = summarize(reports, row.direction == "bwd");
+  } else {
+    for (ResultRow& row : rows) row.check = "skipped";
+  }
+  return rows;
+}
+
+int run(int argc, char** argv) {
+  BenchOptions options;
+  try {
+    options = parse_options(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "hopattn-bench: %s\n", e.what());
+    return 2;
+  }
+  if (options.help) {
+    std::fputs(usage(), stdout);
+    return 0;
+  }
+  const Status device = check_current_device();
+  if (!device.ok()) {
+    std::fprintf(stderr, "hopattn-bench: %s\nNothing was run: hopattn-bench needs an NVIDIA Hopper GPU (H100/H200).\n",
+                 device.message().c_str());
+    return 2;
+  }
+
+  const Environment env = read_environment(options.command);
+  std::printf("hopattn %s on %s, CUDA %s, commit %s\n", build_info().version.c_str(), env.gpu.c_str(),
+              env.cuda.c_str(), env.commit.c_str());
+  print_header();
+  std::vector<ResultRow> all;
+  bool failed = false;
+  const size_t n = options.problems.size();
+  for (size_t i = 0; i < n; ++i) {
+    const testing::CaseSpec& s = options.problems[i].spec;
+    if (n > 1) {
+      std::fprintf(stderr, "[%zu/%zu] d=%d %s seqlen=%d batch=%d heads=%d\n", i + 1, n, s.head_dim,
+                   s.causal ? "causal" : "non-causal", s.seqlen_q, s.batch, s.heads);
+    }
+    try {
+      for (const ResultRow& row : run_problem(options, options.problems[i])) {
+        print_row(row);
+        failed = failed || row.check.rfind("FAIL", 0) == 0;
+        all.push_back(row);
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "hopattn-bench: problem %zu failed: %s\n", i + 1, e.what());
+      return 1;
+    }
+  }
+  if (!options.json_path.empty()) write_json(options.json_path, env, all);
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace hopattn::bench
+
+int main(int argc, char** argv) { return hopattn::bench::run(argc, argv); }

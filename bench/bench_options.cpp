@@ -1,0 +1,163 @@
+#include "bench_options.hpp"
+
+#include <random>
+#include <stdexcept>
+#include <string>
+
+namespace hopattn::bench {
+namespace {
+
+// The standard sweep (FlashAttention-3 paper): 16k tokens, hidden 2048.
+constexpr int kSweepTokens = 16384;
+constexpr int kSweepHidden = 2048;
+constexpr int kSweepSeqlens[] = {512, 1024, 2048, 4096, 8192, 16384};
+constexpr int kSweepHeadDims[] = {64, 128, 256};
+
+int to_int(const std::string& flag, const std::string& value) {
+  size_t used = 0;
+  int parsed = 0;
+  try {
+    parsed = std::stoi(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value.size() || value.empty()) throw std::invalid_argument(flag + ": '" + value + "' is not an integer");
+  return parsed;
+}
+
+// Random lengths that sum to batch * seqlen (each at least 1 when possible), for --varlen.
+std::vector<int> random_lengths(int batch, int seqlen, std::mt19937& rng) {
+  std::vector<int> lengths(batch, 0);
+  const long long total = static_cast<long long>(batch) * seqlen;
+  std::uniform_real_distribution<double> weight(0.25, 1.75);
+  std::vector<double> w(batch);
+  double sum = 0;
+  for (double& x : w) sum += (x = weight(rng));
+  long long assigned = 0;
+  for (int b = 0; b < batch; ++b) {
+    lengths[b] = static_cast<int>(total * w[b] / sum);
+    assigned += lengths[b];
+  }
+  for (long long extra = total - assigned, b = 0; extra > 0; --extra, b = (b + 1) % batch) ++lengths[b];
+  return lengths;
+}
+
+}  // namespace
+
+const char* usage() {
+  return R"(hopattn-bench: time and check hopattn's attention on a Hopper GPU.
+
+Usage: hopattn-bench [options]
+  --batch N          sequences (default 8)
+  --seqlen N         query and key length (default 2048); --seqlen-q / --seqlen-k set one side
+  --heads N          query heads (default 16)
+  --heads-kv N       key/value heads, GQA/MQA when below --heads (default: --heads)
+  --headdim N        head dim, multiple of 8 up to 256 (default 128)
+  --dtype T          bf16 or fp16 (default bf16)
+  --causal           causal mask (bottom-right aligned)
+  --window L,R       sliding window, -1 for unbounded on a side
+  --varlen           packed batch with random lengths summing to batch * seqlen
+  --deterministic    deterministic backward
+  --direction D      fwd, bwd or both (default both)
+  --sweep            the standard sweep: 16k tokens, hidden 2048, seqlen 512..16k,
+                     head dim 64/128/256, causal and not (other shape flags ignored)
+  --warmup N         untimed launches first (default 3)
+  --reps N           timed launches; the median is reported (default 20)
+  --no-check         skip the comparison with the reference
+  --seed N           input seed (default 0)
+  --json PATH        also write results as JSON (docs/benchmarking.md schema); '-' for stdout
+  -h, --help         this text
+Exit status: 0 all checks passed, 1 a check failed, 2 bad usage or no Hopper GPU.
+)";
+}
+
+BenchOptions parse_options(int argc, char** argv) {
+  BenchOptions o;
+  for (int i = 0; i < argc; ++i) o.command += (i ? " " : "") + std::string(argv[i]);
+
+  testing::CaseSpec spec;
+  spec.batch = 8;
+  spec.seqlen_q = spec.seqlen_k = 2048;
+  spec.heads = 16;
+  spec.head_dim = 128;
+  int heads_kv = -1;
+  bool varlen = false, sweep = false, deterministic = false;
+  uint64_t seed = 0;
+
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");
+      return argv[++i];
+    };
+    if (flag == "-h" || flag == "--help") o.help = true;
+    else if (flag == "--batch") spec.batch = to_int(flag, value());
+    else if (flag == "--seqlen") spec.seqlen_q = spec.seqlen_k = to_int(flag, value());
+    else if (flag == "--seqlen-q") spec.seqlen_q = to_int(flag, value());
+    else if (flag == "--seqlen-k") spec.seqlen_k = to_int(flag, value());
+    else if (flag == "--heads") spec.heads = to_int(flag, value());
+    else if (flag == "--heads-kv") heads_kv = to_int(flag, value());
+    else if (flag == "--headdim") spec.head_dim = to_int(flag, value());
+    else if (flag == "--dtype") {
+      const std::string t = value();
+      if (t == "bf16") spec.dtype = DType::kBFloat16;
+      else if (t == "fp16") spec.dtype = DType::kFloat16;
+      else throw std::invalid_argument("--dtype: '" + t + "' is not bf16 or fp16");
+    } else if (flag == "--causal") spec.causal = true;
+    else if (flag == "--window") {
+      const std::string w = value();
+      const size_t comma = w.find(',');
+      if (comma == std::string::npos) throw std::invalid_argument("--window: expected L,R, got '" + w + "'");
+      spec.window_left = to_int(flag, w.substr(0, comma));
+      spec.window_right = to_int(flag, w.substr(comma + 1));
+    } else if (flag == "--varlen") varlen = true;
+    else if (flag == "--deterministic") deterministic = true;
+    else if (flag == "--direction") {
+      const std::string d = value();
+      if (d != "fwd" && d != "bwd" && d != "both") throw std::invalid_argument("--direction: '" + d + "' is not fwd, bwd or both");
+      o.run_forward = d != "bwd";
+      o.run_backward = d != "fwd";
+    } else if (flag == "--sweep") sweep = true;
+    else if (flag == "--warmup") o.warmup = to_int(flag, value());
+    else if (flag == "--reps") o.repetitions = to_int(flag, value());
+    else if (flag == "--no-check") o.check = false;
+    else if (flag == "--seed") seed = static_cast<uint64_t>(to_int(flag, value()));
+    else if (flag == "--json") o.json_path = value();
+    else throw std::invalid_argument("unknown option '" + flag + "' (see --help)");
+  }
+  if (o.warmup < 0) throw std::invalid_argument("--warmup must be >= 0");
+  if (o.repetitions < 1) throw std::invalid_argument("--reps must be >= 1");
+  spec.heads_kv = heads_kv > 0 ? heads_kv : spec.heads;
+  if (heads_kv == 0 || heads_kv < -1) throw std::invalid_argument("--heads-kv must be >= 1");
+  spec.seed = seed;
+
+  std::mt19937 rng(static_cast<unsigned>(seed));
+  auto add = [&](testing::CaseSpec s) {
+    if (varlen) {
+      s.varlen_seqlens_q = random_lengths(s.batch, s.seqlen_q, rng);
+      s.varlen_seqlens_k = s.seqlen_q == s.seqlen_k ? s.varlen_seqlens_q : random_lengths(s.batch, s.seqlen_k, rng);
+    }
+    o.problems.push_back(BenchProblem{s, deterministic});
+  };
+  if (!sweep) {
+    add(spec);
+    return o;
+  }
+  for (int head_dim : kSweepHeadDims) {
+    for (bool causal : {false, true}) {
+      for (int seqlen : kSweepSeqlens) {
+        testing::CaseSpec s = spec;
+        s.head_dim = head_dim;
+        s.heads = s.heads_kv = kSweepHidden / head_dim;
+        s.seqlen_q = s.seqlen_k = seqlen;
+        s.batch = kSweepTokens / seqlen;
+        s.causal = causal;
+        s.window_left = s.window_right = -1;
+        add(s);
+      }
+    }
+  }
+  return o;
+}
+
+}  // namespace hopattn::bench

@@ -1,0 +1,34 @@
+#include "problem_flops.hpp"
+
+#include "kernels/common/block_range.hpp"
+#include "kernels/common/mask.hpp"
+
+namespace hopattn::bench {
+namespace {
+
+double visible_pairs(BandMask mask, int seqlen_q, int seqlen_k) {
+  if (mask.unbounded()) return double(seqlen_q) * seqlen_k;
+  if (mask.left < 0 && mask.right == 0) return double(seqlen_q) * seqlen_k / 2;  // FA's causal convention
+  double pairs = 0;
+  for (int i = 0; i < seqlen_q; ++i) pairs += n_block_range(mask, i, 1, 1, seqlen_q, seqlen_k).size();
+  return pairs;
+}
+
+}  // namespace
+
+double forward_flops(const testing::CaseSpec& s) {
+  const BandMask mask = BandMask::from_args(s.causal, s.window_left, s.window_right);
+  double pairs = 0;
+  if (s.varlen()) {
+    for (size_t b = 0; b < s.varlen_seqlens_q.size(); ++b) {
+      pairs += visible_pairs(mask, s.varlen_seqlens_q[b], s.varlen_seqlens_k[b]);
+    }
+  } else {
+    pairs = s.batch * visible_pairs(mask, s.seqlen_q, s.seqlen_k);
+  }
+  return 4.0 * s.heads * s.head_dim * pairs;
+}
+
+double backward_flops(const testing::CaseSpec& s) { return 2.5 * forward_flops(s); }
+
+}  // namespace hopattn::bench

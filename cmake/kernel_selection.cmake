@@ -1,0 +1,43 @@
+# Which head dims and dtypes get specialised kernel instantiations. Compile time grows with each,
+# so CI builds a reduced set. Defaults can also come from the environment variables of the same
+# names (CI sets them and then runs the README's test command unchanged).
+set(_all_headdims 64 96 128 192 256)
+set(_all_dtypes fp16 bf16)
+
+set(_default_headdims ${_all_headdims})
+if(DEFINED ENV{HOPATTN_HEADDIMS})
+  set(_default_headdims $ENV{HOPATTN_HEADDIMS})
+endif()
+set(_default_dtypes ${_all_dtypes})
+if(DEFINED ENV{HOPATTN_DTYPES})
+  set(_default_dtypes $ENV{HOPATTN_DTYPES})
+endif()
+
+set(HOPATTN_HEADDIMS "${_default_headdims}" CACHE STRING "Head dims to build kernels for (subset of ${_all_headdims})")
+set(HOPATTN_DTYPES "${_default_dtypes}" CACHE STRING "Dtypes to build kernels for (subset of ${_all_dtypes})")
+
+foreach(_d IN LISTS HOPATTN_HEADDIMS)
+  if(NOT _d IN_LIST _all_headdims)
+    message(FATAL_ERROR "HOPATTN_HEADDIMS: ${_d} is not one of ${_all_headdims}")
+  endif()
+endforeach()
+foreach(_t IN LISTS HOPATTN_DTYPES)
+  if(NOT _t IN_LIST _all_dtypes)
+    message(FATAL_ERROR "HOPATTN_DTYPES: ${_t} is not one of ${_all_dtypes}")
+  endif()
+endforeach()
+if(NOT HOPATTN_HEADDIMS OR NOT HOPATTN_DTYPES)
+  message(FATAL_ERROR "HOPATTN_HEADDIMS and HOPATTN_DTYPES must each name at least one value")
+endif()
+
+list(JOIN HOPATTN_HEADDIMS ", " HOPATTN_HEADDIMS_CSV)
+set(_enums "")
+foreach(_t IN LISTS HOPATTN_DTYPES)
+  if(_t STREQUAL "fp16")
+    list(APPEND _enums "DType::kFloat16")
+  else()
+    list(APPEND _enums "DType::kBFloat16")
+  endif()
+endforeach()
+list(JOIN _enums ", " HOPATTN_DTYPES_ENUMS)
+message(STATUS "hopattn kernels: head dims {${HOPATTN_HEADDIMS_CSV}}, dtypes {${HOPATTN_DTYPES}}")

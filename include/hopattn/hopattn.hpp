@@ -1,0 +1,146 @@
+// hopattn: exact fused attention for NVIDIA Hopper GPUs. Public C++ API.
+//
+// The core takes device pointers with shapes and strides plus a CUDA stream; it owns no memory and
+// depends on no framework. Semantics (masks, GQA, varlen, LSE) are those of docs/semantics.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+// Forward-declared so that this header does not pull in the CUDA runtime headers.
+struct CUstream_st;
+
+namespace hopattn {
+
+using Stream = CUstream_st*;  // a cudaStream_t; nullptr is the legacy default stream
+
+enum class DType : int32_t {
+  kFloat16 = 0,
+  kBFloat16 = 1,
+  kFloat32 = 2,  // LSE only
+};
+
+const char* dtype_name(DType dtype);
+
+enum class StatusCode : int32_t {
+  kOk = 0,
+  kInvalidArgument = 1,    // the arguments break a documented rule; the message names it
+  kNotSupported = 2,       // valid, but this build or device cannot run it
+  kDeviceUnavailable = 3,  // no CUDA device, or not an sm_90 (Hopper) device
+  kCudaError = 4,          // the CUDA runtime reported an error
+};
+
+class Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+// A strided view of device memory. Strides count elements, not bytes.
+struct Tensor {
+  static constexpr int kMaxRank = 4;
+
+  void* data = nullptr;
+  DType dtype = DType::kBFloat16;
+  int32_t rank = 0;
+  int64_t shape[kMaxRank] = {};
+  int64_t stride[kMaxRank] = {};
+};
+
+// A tensor with the given shape and row-major contiguous strides.
+Tensor make_tensor(void* data, DType dtype, std::initializer_list<int64_t> shape);
+// A tensor with explicit strides (one per dimension).
+Tensor make_tensor(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                   std::initializer_list<int64_t> stride);
+
+// A device array of int32 with its length, so the library can check the length.
+struct IntArray {
+  const int32_t* data = nullptr;
+  int64_t size = 0;
+};
+
+// Which keys a query sees. Bottom-right aligned when seqlen_q != seqlen_k:
+//   key j is visible to query i iff  i + sk - sq - left <= j <= i + sk - sq + right,
+// with -1 meaning unbounded on that side. causal is the same as right = 0.
+struct Mask {
+  bool causal = false;
+  int32_t window_left = -1;
+  int32_t window_right = -1;
+};
+
+// Variable-length batches: sequences packed along the token axis. Enabled when
+// cu_seqlens_q.data is set; then Q/O/dO/dQ are (total_q, H, d), K/V/dK/dV are (total_k, H_kv, d)
+// and LSE is (H, total_q).
+struct Varlen {
+  IntArray cu_seqlens_q;  // batch + 1 prefix sums of the query lengths
+  IntArray cu_seqlens_k;  // batch + 1 prefix sums of the key lengths
+  IntArray seqused_q;     // optional, batch: how many tokens of each query sequence are real
+  IntArray seqused_k;     // optional, batch: how many tokens of each key sequence are real
+  int32_t max_seqlen_q = 0;  // must be >= every query sequence length
+  int32_t max_seqlen_k = 0;  // must be >= every key sequence length
+
+  bool enabled() const { return cu_seqlens_q.data != nullptr || cu_seqlens_k.data != nullptr; }
+};
+
+// softmax_scale == 0 selects 1/sqrt(head_dim).
+inline constexpr float kDefaultSoftmaxScale = 0.0f;
+
+struct ForwardArgs {
+  Tensor q;    // (batch, seqlen_q, H, d)
+  Tensor k;    // (batch, seqlen_k, H_kv, d)
+  Tensor v;    // (batch, seqlen_k, H_kv, d)
+  Tensor o;    // (batch, seqlen_q, H, d), written
+  Tensor lse;  // fp32 (batch, H, seqlen_q), written; optional (data == nullptr skips it)
+  float softmax_scale = kDefaultSoftmaxScale;
+  Mask mask;
+  Varlen varlen;
+};
+
+struct BackwardArgs {
+  Tensor q, k, v;
+  Tensor o;     // the forward's output
+  Tensor lse;   // the forward's LSE (required)
+  Tensor dout;  // like o
+  Tensor dq;    // like q, written
+  Tensor dk;    // like k, written (summed over the query heads of a GQA group)
+  Tensor dv;    // like v, written
+  float softmax_scale = kDefaultSoftmaxScale;
+  Mask mask;
+  Varlen varlen;
+  bool deterministic = false;  // bitwise reproducible gradients
+};
+
+struct Workspace {
+  void* data = nullptr;  // device memory, 16-byte aligned
+  size_t bytes = 0;
+};
+
+// Computes O (and LSE) on `stream`. Validates all arguments first; nothing is launched on error.
+Status forward(const ForwardArgs& args, Stream stream);
+
+// Device workspace the backward needs for these arguments (may be 0).
+Status backward_workspace_size(const BackwardArgs& args, size_t* bytes);
+
+// Computes dQ, dK, dV on `stream`, using `workspace` (see backward_workspace_size).
+Status backward(const BackwardArgs& args, Workspace workspace, Stream stream);
+
+// Which specialised kernels this build compiled (CMake HOPATTN_HEADDIMS / HOPATTN_DTYPES).
+struct BuildInfo {
+  std::vector<int> head_dims;
+  std::vector<DType> dtypes;
+  std::string version;
+};
+BuildInfo build_info();
+
+}  // namespace hopattn

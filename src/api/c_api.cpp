@@ -1,0 +1,145 @@
+// The C ABI: converts the POD argument structs to the C++ ones and keeps the last error message.
+#include <cstring>
+#include <string>
+
+#include "api/build_config.hpp"
+#include "hopattn/hopattn.h"
+#include "hopattn/hopattn.hpp"
+
+namespace hopattn {
+namespace {
+
+thread_local std::string g_last_error;
+
+// Larger sizes are garbage (an uninitialised struct), not a future version.
+constexpr size_t kMaxStructSize = size_t{1} << 16;
+
+int report(const Status& status) {
+  g_last_error = status.message();
+  return static_cast<int>(status.code());
+}
+
+// Copies the caller's struct over a default-initialised one, so that a caller built against an
+// older, shorter struct gets defaults for the fields it does not know.
+template <typename CArgs>
+Status read_args(const CArgs* user, void (*init)(CArgs*), const char* name, CArgs* out) {
+  if (user == nullptr) return Status(StatusCode::kInvalidArgument, std::string(name) + " is null");
+  init(out);
+  const size_t size = user->struct_size;
+  if (size < sizeof(size_t) || size > kMaxStructSize) {
+    return Status(StatusCode::kInvalidArgument, std::string(name) + "->struct_size is " + std::to_string(size) +
+                                                    "; initialise " + name +
+                                                    " with its hopattn_*_args_init function first");
+  }
+  const size_t known = size < sizeof(CArgs) ? size : sizeof(CArgs);
+  std::memcpy(static_cast<void*>(out), user, known);
+  out->struct_size = sizeof(CArgs);
+  return Status();
+}
+
+Tensor to_tensor(const hopattn_tensor& t) {
+  Tensor out;
+  out.data = t.data;
+  out.dtype = static_cast<DType>(t.dtype);
+  out.rank = t.rank;
+  for (int d = 0; d < Tensor::kMaxRank; ++d) {
+    out.shape[d] = t.shape[d];
+    out.stride[d] = t.stride[d];
+  }
+  return out;
+}
+
+IntArray to_int_array(const hopattn_int_array& a) { return IntArray{a.data, a.size}; }
+
+Varlen to_varlen(const hopattn_varlen& v) {
+  return Varlen{to_int_array(v.cu_seqlens_q), to_int_array(v.cu_seqlens_k), to_int_array(v.seqused_q),
+                to_int_array(v.seqused_k),    v.max_seqlen_q,                v.max_seqlen_k};
+}
+
+Mask to_mask(int32_t causal, int32_t left, int32_t right) { return Mask{causal != 0, left, right}; }
+
+ForwardArgs to_forward_args(const hopattn_forward_args& a) {
+  ForwardArgs out;
+  out.q = to_tensor(a.q);
+  out.k = to_tensor(a.k);
+  out.v = to_tensor(a.v);
+  out.o = to_tensor(a.o);
+  out.lse = to_tensor(a.lse);
+  out.softmax_scale = a.softmax_scale;
+  out.mask = to_mask(a.causal, a.window_left, a.window_right);
+  out.varlen = to_varlen(a.varlen);
+  return out;
+}
+
+BackwardArgs to_backward_args(const hopattn_backward_args& a) {
+  BackwardArgs out;
+  out.q = to_tensor(a.q);
+  out.k = to_tensor(a.k);
+  out.v = to_tensor(a.v);
+  out.o = to_tensor(a.o);
+  out.lse = to_tensor(a.lse);
+  out.dout = to_tensor(a.dout);
+  out.dq = to_tensor(a.dq);
+  out.dk = to_tensor(a.dk);
+  out.dv = to_tensor(a.dv);
+  out.softmax_scale = a.softmax_scale;
+  out.mask = to_mask(a.causal, a.window_left, a.window_right);
+  out.varlen = to_varlen(a.varlen);
+  out.deterministic = a.deterministic != 0;
+  return out;
+}
+
+}  // namespace
+}  // namespace hopattn
+
+using hopattn::Status;
+
+extern "C" {
+
+void hopattn_forward_args_init(hopattn_forward_args* args) {
+  if (args == nullptr) return;
+  std::memset(static_cast<void*>(args), 0, sizeof(*args));
+  args->struct_size = sizeof(*args);
+  args->softmax_scale = hopattn::kDefaultSoftmaxScale;
+  args->window_left = -1;
+  args->window_right = -1;
+}
+
+void hopattn_backward_args_init(hopattn_backward_args* args) {
+  if (args == nullptr) return;
+  std::memset(static_cast<void*>(args), 0, sizeof(*args));
+  args->struct_size = sizeof(*args);
+  args->softmax_scale = hopattn::kDefaultSoftmaxScale;
+  args->window_left = -1;
+  args->window_right = -1;
+}
+
+int hopattn_forward(const hopattn_forward_args* user, void* stream) {
+  hopattn_forward_args args;
+  Status s = hopattn::read_args(user, hopattn_forward_args_init, "args", &args);
+  if (s.ok()) s = hopattn::forward(hopattn::to_forward_args(args), static_cast<hopattn::Stream>(stream));
+  return hopattn::report(s);
+}
+
+int hopattn_backward_workspace_size(const hopattn_backward_args* user, size_t* bytes) {
+  hopattn_backward_args args;
+  Status s = hopattn::read_args(user, hopattn_backward_args_init, "args", &args);
+  if (s.ok()) s = hopattn::backward_workspace_size(hopattn::to_backward_args(args), bytes);
+  return hopattn::report(s);
+}
+
+int hopattn_backward(const hopattn_backward_args* user, void* workspace, size_t workspace_bytes, void* stream) {
+  hopattn_backward_args args;
+  Status s = hopattn::read_args(user, hopattn_backward_args_init, "args", &args);
+  if (s.ok()) {
+    s = hopattn::backward(hopattn::to_backward_args(args), hopattn::Workspace{workspace, workspace_bytes},
+                          static_cast<hopattn::Stream>(stream));
+  }
+  return hopattn::report(s);
+}
+
+const char* hopattn_last_error(void) { return hopattn::g_last_error.c_str(); }
+
+const char* hopattn_version(void) { return hopattn::build_config::kVersion; }
+
+}  // extern "C"

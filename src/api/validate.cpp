@@ -1,0 +1,293 @@
+#include "api/validate.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <string>
+
+namespace hopattn {
+namespace {
+
+constexpr int kMaxHeadDim = 256;
+constexpr int kHeadDimMultiple = 8;
+constexpr int64_t kAlignmentBytes = 16;
+constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max();
+
+size_t dtype_bytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
+
+template <typename... Parts>
+Status invalid(const Parts&... parts) {
+  std::ostringstream out;
+  (out << ... << parts);
+  return Status(StatusCode::kInvalidArgument, out.str());
+}
+
+// The shape a tensor must have, and what each dimension is called in messages.
+struct ExpectedTensor {
+  const char* name;
+  int rank;
+  int64_t shape[Tensor::kMaxRank];
+  const char* dims;  // e.g. "(batch, seqlen_q, heads, head_dim)"
+};
+
+int64_t element_count(const Tensor& t) {
+  int64_t n = 1;
+  for (int d = 0; d < t.rank; ++d) n *= t.shape[d];
+  return n;
+}
+
+Status check_pointer(const char* name, const void* data, int64_t elements, int64_t alignment) {
+  if (elements > 0 && data == nullptr) return invalid(name, ".data is null");
+  if (reinterpret_cast<uintptr_t>(data) % alignment != 0) {
+    return invalid(name, ".data = ", data, " is not ", alignment, "-byte aligned");
+  }
+  return Status();
+}
+
+// dtype, rank, shape, pointer and strides of one tensor against what the problem needs.
+Status check_tensor(const Tensor& t, const ExpectedTensor& want, DType dtype) {
+  if (t.dtype != dtype) {
+    return invalid(want.name, ".dtype is ", dtype_name(t.dtype), " but must be ", dtype_name(dtype),
+                   dtype == DType::kFloat32 ? "" : " (the dtype of q)");
+  }
+  if (t.rank != want.rank) {
+    return invalid(want.name, ".rank is ", t.rank, " but must be ", want.rank, ": ", want.dims);
+  }
+  for (int d = 0; d < want.rank; ++d) {
+    if (t.shape[d] != want.shape[d]) {
+      std::ostringstream expected;
+      for (int e = 0; e < want.rank; ++e) expected << (e ? ", " : "") << want.shape[e];
+      return invalid(want.name, ".shape[", d, "] is ", t.shape[d], " but must be ", want.shape[d],
+                     ": expected ", want.dims, " = (", expected.str(), ")");
+    }
+  }
+  const bool packed_16bit = dtype != DType::kFloat32;
+  const int64_t alignment = packed_16bit ? kAlignmentBytes : static_cast<int64_t>(dtype_bytes(dtype));
+  if (Status s = check_pointer(want.name, t.data, element_count(t), alignment); !s.ok()) return s;
+  const int last = want.rank - 1;
+  if (t.shape[last] > 1 && t.stride[last] != 1) {
+    return invalid(want.name, ".stride[", last, "] is ", t.stride[last],
+                   " but the last dimension must be contiguous (stride 1)");
+  }
+  // TMA needs 16-byte strides; LSE is read and written per row, so it only needs to be contiguous.
+  const int64_t stride_multiple = packed_16bit ? kAlignmentBytes / static_cast<int64_t>(dtype_bytes(dtype)) : 1;
+  for (int d = 0; d < last; ++d) {
+    if (t.shape[d] <= 1) continue;  // a stride of a size-1 dimension is never used
+    if (t.stride[d] < 0) return invalid(want.name, ".stride[", d, "] is ", t.stride[d], " but must not be negative");
+    if (t.stride[d] % stride_multiple != 0) {
+      return invalid(want.name, ".stride[", d, "] is ", t.stride[d], " but must be a multiple of ",
+                     stride_multiple, " elements (16 bytes)");
+    }
+  }
+  return Status();
+}
+
+Status check_size(const char* what, int64_t value) {
+  if (value < 0) return invalid(what, " is ", value, " but must not be negative");
+  if (value > kMaxIndex) return invalid(what, " is ", value, " but must be at most 2^31-1");
+  return Status();
+}
+
+Status check_int_array(const char* name, const IntArray& a, int64_t want_size, bool required) {
+  if (a.data == nullptr) {
+    if (required) return invalid(name, " is missing (data is null)");
+    if (a.size != 0) return invalid(name, ".size is ", a.size, " but data is null");
+    return Status();
+  }
+  if (a.size != want_size) return invalid(name, ".size is ", a.size, " but must be ", want_size);
+  if (reinterpret_cast<uintptr_t>(a.data) % alignof(int32_t) != 0) {
+    return invalid(name, ".data = ", static_cast<const void*>(a.data), " is not 4-byte aligned");
+  }
+  return Status();
+}
+
+// Shapes shared by forward and backward: everything Problem holds, taken from q, k and varlen.
+Status resolve_problem(const Tensor& q, const Tensor& k, float softmax_scale, const Mask& mask,
+                       const Varlen& varlen, Problem* p) {
+  if (q.dtype != DType::kFloat16 && q.dtype != DType::kBFloat16) {
+    return invalid("q.dtype is ", dtype_name(q.dtype), " but must be float16 or bfloat16");
+  }
+  p->dtype = q.dtype;
+  const bool is_varlen = varlen.enabled();
+  if (varlen.seqused_q.data != nullptr || varlen.seqused_k.data != nullptr) {
+    if (!is_varlen) {
+      return invalid(varlen.seqused_q.data ? "varlen.seqused_q" : "varlen.seqused_k",
+                     " is given without varlen.cu_seqlens_q/cu_seqlens_k; seqused needs varlen mode");
+    }
+  }
+  const int want_rank = is_varlen ? 3 : 4;
+  const char* q_dims = is_varlen ? "(total_q, heads, head_dim)" : "(batch, seqlen_q, heads, head_dim)";
+  const char* k_dims = is_varlen ? "(total_k, heads_kv, head_dim)" : "(batch, seqlen_k, heads_kv, head_dim)";
+  if (q.rank != want_rank) return invalid("q.rank is ", q.rank, " but must be ", want_rank, ": ", q_dims);
+  if (k.rank != want_rank) return invalid("k.rank is ", k.rank, " but must be ", want_rank, ": ", k_dims);
+  static const char* const kQNames[2][4] = {{"q.shape[0] (batch)", "q.shape[1] (seqlen_q)", "q.shape[2] (heads)",
+                                             "q.shape[3] (head_dim)"},
+                                            {"q.shape[0] (total_q)", "q.shape[1] (heads)", "q.shape[2] (head_dim)", ""}};
+  static const char* const kKNames[2][4] = {{"k.shape[0] (batch)", "k.shape[1] (seqlen_k)", "k.shape[2] (heads_kv)",
+                                             "k.shape[3] (head_dim)"},
+                                            {"k.shape[0] (total_k)", "k.shape[1] (heads_kv)", "k.shape[2] (head_dim)", ""}};
+  for (int d = 0; d < want_rank; ++d) {
+    if (Status s = check_size(kQNames[is_varlen][d], q.shape[d]); !s.ok()) return s;
+    if (Status s = check_size(kKNames[is_varlen][d], k.shape[d]); !s.ok()) return s;
+  }
+  const int o = is_varlen ? 1 : 2;  // index of the heads dimension
+  p->heads = static_cast<int>(q.shape[o]);
+  p->heads_kv = static_cast<int>(k.shape[o]);
+  p->head_dim = static_cast<int>(q.shape[o + 1]);
+  if (p->head_dim % kHeadDimMultiple != 0 || p->head_dim == 0 || p->head_dim > kMaxHeadDim) {
+    return invalid("head_dim (q.shape[", o + 1, "]) is ", p->head_dim, " but must be a multiple of ",
+                   kHeadDimMultiple, " in [8, ", kMaxHeadDim, "]");
+  }
+  if (p->heads == 0) return invalid("heads (q.shape[", o, "]) is 0 but must be at least 1");
+  if (p->heads_kv == 0) return invalid("heads_kv (k.shape[", o, "]) is 0 but must be at least 1");
+  if (p->heads % p->heads_kv != 0) {
+    return invalid("heads (", p->heads, ") must be a multiple of heads_kv (", p->heads_kv, ") for GQA/MQA");
+  }
+
+  if (is_varlen) {
+    if (varlen.cu_seqlens_q.data == nullptr || varlen.cu_seqlens_k.data == nullptr) {
+      return invalid(varlen.cu_seqlens_q.data ? "varlen.cu_seqlens_k" : "varlen.cu_seqlens_q",
+                     " is missing: varlen mode needs both cu_seqlens_q and cu_seqlens_k");
+    }
+    if (varlen.cu_seqlens_q.size < 1) {
+      return invalid("varlen.cu_seqlens_q.size is ", varlen.cu_seqlens_q.size, " but must be batch + 1 >= 1");
+    }
+    const int64_t batch = varlen.cu_seqlens_q.size - 1;
+    if (Status s = check_size("batch (varlen.cu_seqlens_q.size - 1)", batch); !s.ok()) return s;
+    if (Status s = check_int_array("varlen.cu_seqlens_q", varlen.cu_seqlens_q, batch + 1, true); !s.ok()) return s;
+    if (Status s = check_int_array("varlen.cu_seqlens_k", varlen.cu_seqlens_k, batch + 1, true); !s.ok()) return s;
+    if (Status s = check_int_array("varlen.seqused_q", varlen.seqused_q, batch, false); !s.ok()) return s;
+    if (Status s = check_int_array("varlen.seqused_k", varlen.seqused_k, batch, false); !s.ok()) return s;
+    if (Status s = check_size("varlen.max_seqlen_q", varlen.max_seqlen_q); !s.ok()) return s;
+    if (Status s = check_size("varlen.max_seqlen_k", varlen.max_seqlen_k); !s.ok()) return s;
+    p->batch = static_cast<int>(batch);
+    p->max_seqlen_q = varlen.max_seqlen_q;
+    p->max_seqlen_k = varlen.max_seqlen_k;
+    p->queries = SequenceLayout{varlen.cu_seqlens_q.data, varlen.seqused_q.data, 0, q.shape[0]};
+    p->keys = SequenceLayout{varlen.cu_seqlens_k.data, varlen.seqused_k.data, 0, k.shape[0]};
+  } else {
+    if (k.shape[0] != q.shape[0]) {
+      return invalid("k.shape[0] (batch) is ", k.shape[0], " but must equal q.shape[0] (batch) = ", q.shape[0]);
+    }
+    p->batch = static_cast<int>(q.shape[0]);
+    p->max_seqlen_q = static_cast<int>(q.shape[1]);
+    p->max_seqlen_k = static_cast<int>(k.shape[1]);
+    const int64_t total_q = q.shape[0] * q.shape[1];
+    const int64_t total_k = k.shape[0] * k.shape[1];
+    if (Status s = check_size("batch * seqlen_q", total_q); !s.ok()) return s;
+    if (Status s = check_size("batch * seqlen_k", total_k); !s.ok()) return s;
+    p->queries = SequenceLayout{nullptr, nullptr, p->max_seqlen_q, total_q};
+    p->keys = SequenceLayout{nullptr, nullptr, p->max_seqlen_k, total_k};
+  }
+
+  if (mask.window_left < -1) return invalid("mask.window_left is ", mask.window_left, " but must be >= -1");
+  if (mask.window_right < -1) return invalid("mask.window_right is ", mask.window_right, " but must be >= -1");
+  if (mask.causal && mask.window_right > 0) {
+    return invalid("mask.causal is set with mask.window_right = ", mask.window_right,
+                   ", which contradicts it: causal means window_right = 0 (clear causal for a two-sided window)");
+  }
+  p->mask = BandMask::from_args(mask.causal, mask.window_left, mask.window_right);
+
+  if (!std::isfinite(softmax_scale)) return invalid("softmax_scale is ", softmax_scale, " but must be finite");
+  p->softmax_scale = softmax_scale == kDefaultSoftmaxScale ? 1.0f / std::sqrt(static_cast<float>(p->head_dim))
+                                                          : softmax_scale;
+  return Status();
+}
+
+ExpectedTensor expect_q_like(const char* name, const Problem& p) {
+  if (p.varlen()) return {name, 3, {p.total_q(), p.heads, p.head_dim}, "(total_q, heads, head_dim)"};
+  return {name, 4, {p.batch, p.max_seqlen_q, p.heads, p.head_dim}, "(batch, seqlen_q, heads, head_dim)"};
+}
+
+ExpectedTensor expect_k_like(const char* name, const Problem& p) {
+  if (p.varlen()) return {name, 3, {p.total_k(), p.heads_kv, p.head_dim}, "(total_k, heads_kv, head_dim)"};
+  return {name, 4, {p.batch, p.max_seqlen_k, p.heads_kv, p.head_dim}, "(batch, seqlen_k, heads_kv, head_dim)"};
+}
+
+ExpectedTensor expect_lse(const char* name, const Problem& p) {
+  if (p.varlen()) return {name, 2, {p.heads, p.total_q()}, "(heads, total_q)"};
+  return {name, 3, {p.batch, p.heads, p.max_seqlen_q}, "(batch, heads, seqlen_q)"};
+}
+
+RowTensor row_tensor(const Tensor& t, bool varlen) {
+  if (varlen) return RowTensor{t.data, 0, t.stride[0], t.stride[1]};
+  return RowTensor{t.data, t.stride[0], t.stride[1], t.stride[2]};
+}
+
+RowTensor lse_row_tensor(const Tensor& t, bool varlen) {
+  if (varlen) return RowTensor{t.data, 0, t.stride[1], t.stride[0]};
+  return RowTensor{t.data, t.stride[0], t.stride[2], t.stride[1]};
+}
+
+// Checks each named tensor against its expected shape in order, stopping at the first error.
+struct TensorCheck {
+  const Tensor* tensor;
+  ExpectedTensor expected;
+  DType dtype;
+};
+
+template <size_t N>
+Status check_all(const TensorCheck (&checks)[N]) {
+  for (const TensorCheck& c : checks) {
+    if (Status s = check_tensor(*c.tensor, c.expected, c.dtype); !s.ok()) return s;
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status validate_forward(const ForwardArgs& a, Problem* p, ForwardTensors* t) {
+  *p = Problem{};
+  if (Status s = resolve_problem(a.q, a.k, a.softmax_scale, a.mask, a.varlen, p); !s.ok()) return s;
+  const TensorCheck checks[] = {
+      {&a.q, expect_q_like("q", *p), p->dtype},
+      {&a.k, expect_k_like("k", *p), p->dtype},
+      {&a.v, expect_k_like("v", *p), p->dtype},
+      {&a.o, expect_q_like("o", *p), p->dtype},
+  };
+  if (Status s = check_all(checks); !s.ok()) return s;
+  if (a.lse.data != nullptr) {
+    if (Status s = check_tensor(a.lse, expect_lse("lse", *p), DType::kFloat32); !s.ok()) return s;
+  }
+  const bool v = p->varlen();
+  *t = ForwardTensors{row_tensor(a.q, v), row_tensor(a.k, v), row_tensor(a.v, v), row_tensor(a.o, v),
+                      a.lse.data ? lse_row_tensor(a.lse, v) : RowTensor{}};
+  return Status();
+}
+
+Status validate_backward(const BackwardArgs& a, Problem* p, BackwardTensors* t) {
+  *p = Problem{};
+  if (Status s = resolve_problem(a.q, a.k, a.softmax_scale, a.mask, a.varlen, p); !s.ok()) return s;
+  const TensorCheck checks[] = {
+      {&a.q, expect_q_like("q", *p), p->dtype},       {&a.k, expect_k_like("k", *p), p->dtype},
+      {&a.v, expect_k_like("v", *p), p->dtype},       {&a.o, expect_q_like("o", *p), p->dtype},
+      {&a.lse, expect_lse("lse", *p), DType::kFloat32}, {&a.dout, expect_q_like("dout", *p), p->dtype},
+      {&a.dq, expect_q_like("dq", *p), p->dtype},     {&a.dk, expect_k_like("dk", *p), p->dtype},
+      {&a.dv, expect_k_like("dv", *p), p->dtype},
+  };
+  if (Status s = check_all(checks); !s.ok()) return s;
+  const bool v = p->varlen();
+  *t = BackwardTensors{row_tensor(a.q, v),    row_tensor(a.k, v),     row_tensor(a.v, v),
+                       row_tensor(a.o, v),    lse_row_tensor(a.lse, v), row_tensor(a.dout, v),
+                       row_tensor(a.dq, v),   row_tensor(a.dk, v),    row_tensor(a.dv, v)};
+  return Status();
+}
+
+Status validate_workspace(const Workspace& w, size_t required) {
+  if (required == 0) return Status();
+  if (w.data == nullptr) {
+    return invalid("workspace.data is null but this backward needs ", required,
+                   " bytes (see backward_workspace_size)");
+  }
+  if (w.bytes < required) {
+    return invalid("workspace.bytes is ", w.bytes, " but this backward needs ", required,
+                   " bytes (see backward_workspace_size)");
+  }
+  if (reinterpret_cast<uintptr_t>(w.data) % kAlignmentBytes != 0) {
+    return invalid("workspace.data = ", w.data, " is not 16-byte aligned");
+  }
+  return Status();
+}
+
+}  // namespace hopattn

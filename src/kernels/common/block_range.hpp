@@ -1,0 +1,93 @@
+// Which tiles a CTA visits, and which of them need the mask applied.
+//
+// A CTA owns one block of an "outer" axis (query rows in the forward, key rows in the backward)
+// and loops over blocks of the "inner" axis. For a band mask the inner positions visible to the
+// real rows of an outer block form one contiguous interval (consecutive rows see intervals shifted
+// by one), so both answers are half-open block ranges. The backward uses the transposed mask.
+#pragma once
+
+#include "kernels/common/host_device.hpp"
+#include "kernels/common/mask.hpp"
+
+namespace hopattn {
+
+struct BlockRange {
+  int begin = 0;
+  int end = 0;  // exclusive
+
+  HOPATTN_HOST_DEVICE bool empty() const { return begin >= end; }
+  HOPATTN_HOST_DEVICE int size() const { return empty() ? 0 : end - begin; }
+};
+
+namespace detail {
+
+HOPATTN_HOST_DEVICE long long floor_div(long long a, long long b) {
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+HOPATTN_HOST_DEVICE long long ceil_div(long long a, long long b) { return -floor_div(-a, b); }
+HOPATTN_HOST_DEVICE long long max_ll(long long a, long long b) { return a > b ? a : b; }
+HOPATTN_HOST_DEVICE long long min_ll(long long a, long long b) { return a < b ? a : b; }
+
+// Inner blocks holding at least one position visible to a real row of `outer_block`.
+HOPATTN_HOST_DEVICE BlockRange visible_inner_blocks(BandMask mask, int outer_block, int outer_block_size,
+                                                    int inner_block_size, int outer_len, int inner_len) {
+  const long long first_row = static_cast<long long>(outer_block) * outer_block_size;
+  const long long last_row = min_ll(first_row + outer_block_size, outer_len) - 1;
+  if (first_row >= outer_len || inner_len <= 0) return BlockRange{};
+  const long long shift = static_cast<long long>(inner_len) - outer_len;
+  const long long lo = mask.left >= 0 ? max_ll(0, first_row + shift - mask.left) : 0;
+  const long long hi = mask.right >= 0 ? min_ll(inner_len - 1, last_row + shift + mask.right) : inner_len - 1;
+  if (lo > hi) return BlockRange{};
+  return BlockRange{static_cast<int>(lo / inner_block_size), static_cast<int>(hi / inner_block_size + 1)};
+}
+
+// Inner blocks (within visible_inner_blocks) in which every position is real and visible to every
+// real row of `outer_block`: these run without the mask. When there are none the range is empty
+// and placed at the end of the visible range, so [visible.begin, unmasked.begin) and
+// [unmasked.end, visible.end) are always exactly the blocks that need masking.
+HOPATTN_HOST_DEVICE BlockRange unmasked_inner_blocks(BandMask mask, int outer_block, int outer_block_size,
+                                                     int inner_block_size, int outer_len, int inner_len) {
+  const BlockRange visible =
+      visible_inner_blocks(mask, outer_block, outer_block_size, inner_block_size, outer_len, inner_len);
+  if (visible.empty()) return visible;
+  const long long first_row = static_cast<long long>(outer_block) * outer_block_size;
+  const long long last_row = min_ll(first_row + outer_block_size, outer_len) - 1;
+  const long long shift = static_cast<long long>(inner_len) - outer_len;
+  // The block must start at or after the last row's left edge and end by the first row's right
+  // edge, and must not reach past inner_len.
+  const long long lo = mask.left >= 0 ? max_ll(0, last_row + shift - mask.left) : 0;
+  const long long hi_exclusive =
+      mask.right >= 0 ? min_ll(inner_len, first_row + shift + mask.right + 1) : inner_len;
+  const long long begin = ceil_div(lo, inner_block_size);
+  const long long end = floor_div(hi_exclusive, inner_block_size);
+  if (begin >= end) return BlockRange{visible.end, visible.end};
+  return BlockRange{static_cast<int>(begin), static_cast<int>(end)};
+}
+
+}  // namespace detail
+
+// Forward: key blocks (kBlockN) that query block m_block (kBlockM rows) must visit.
+HOPATTN_HOST_DEVICE BlockRange n_block_range(BandMask mask, int m_block, int block_m, int block_n,
+                                             int seqlen_q, int seqlen_k) {
+  return detail::visible_inner_blocks(mask, m_block, block_m, block_n, seqlen_q, seqlen_k);
+}
+
+// Forward: the key blocks of n_block_range that need no masking.
+HOPATTN_HOST_DEVICE BlockRange n_block_range_unmasked(BandMask mask, int m_block, int block_m, int block_n,
+                                                      int seqlen_q, int seqlen_k) {
+  return detail::unmasked_inner_blocks(mask, m_block, block_m, block_n, seqlen_q, seqlen_k);
+}
+
+// Backward: query blocks (kBlockM) that key block n_block (kBlockN keys) must visit.
+HOPATTN_HOST_DEVICE BlockRange m_block_range(BandMask mask, int n_block, int block_m, int block_n,
+                                             int seqlen_q, int seqlen_k) {
+  return detail::visible_inner_blocks(mask.transposed(), n_block, block_n, block_m, seqlen_k, seqlen_q);
+}
+
+// Backward: the query blocks of m_block_range that need no masking.
+HOPATTN_HOST_DEVICE BlockRange m_block_range_unmasked(BandMask mask, int n_block, int block_m, int block_n,
+                                                      int seqlen_q, int seqlen_k) {
+  return detail::unmasked_inner_blocks(mask.transposed(), n_block, block_n, block_m, seqlen_k, seqlen_q);
+}
+
+}  // namespace hopattn

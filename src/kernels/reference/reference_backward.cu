@@ -1,0 +1,178 @@
+// GPU reference backward, deterministic by construction (no atomics):
+//   1. one warp per (query row, head): D = rowsum(dO * O) into the workspace, then
+//      dQ = scale * sum_j dS_ij k_j with P recomputed from the forward's LSE;
+//   2. one warp per (key row, kv head): dV = sum_i P_ij dO_i and dK = scale * sum_i dS_ij q_i over
+//      the visible queries of every query head of the GQA group.
+#include "kernels/reference/reference_attention.hpp"
+#include "kernels/reference/reference_common.cuh"
+
+namespace hopattn {
+namespace {
+
+using namespace reference_detail;
+
+constexpr size_t kWorkspaceAlignment = 16;
+
+struct BackwardParams {
+  Problem problem;
+  BackwardTensors tensors;
+  void* row_dot;  // D: (heads, total_q) of Acc
+  bool round_to_input;
+};
+
+// P_ij and dS_ij for one (query row, key) pair, shared by both kernels.
+template <typename Acc>
+struct PairGradients {
+  Acc prob;
+  Acc dscore;
+};
+
+template <typename T, typename Acc>
+__device__ PairGradients<Acc> pair_gradients(const BackwardParams& params, const WarpRow<Acc>& q,
+                                                const WarpRow<Acc>& dout, const T* k, const T* v, Acc lse,
+                                                Acc row_dot, int lane) {
+  const Problem& p = params.problem;
+  const bool rnd = params.round_to_input;
+  const Acc qk = maybe_round<T>(q.dot(k, p.head_dim, lane), rnd);
+  const Acc s = maybe_round<T>(qk * static_cast<Acc>(p.softmax_scale), rnd);
+  const Acc prob = maybe_round<T>(exp(s - lse), rnd);
+  const Acc dprob = maybe_round<T>(dout.dot(v, p.head_dim, lane), rnd);
+  return {prob, maybe_round<T>(prob * (dprob - row_dot), rnd)};
+}
+
+template <typename T, typename Acc>
+__global__ void __launch_bounds__(kThreadsPerBlock) reference_dq_kernel(const BackwardParams params) {
+  const Problem& p = params.problem;
+  const BackwardTensors& t = params.tensors;
+  const int lane = threadIdx.x % kWarpSize;
+  const long long warps = static_cast<long long>(gridDim.x) * kWarpsPerBlock;
+  const long long work = p.total_q() * p.heads;
+  for (long long w = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize; w < work; w += warps) {
+    const long long row = w % p.total_q();
+    const int head = static_cast<int>(w / p.total_q());
+    const RowLocation q_at = locate_row(p.queries, p.batch, row);
+    if (!q_at.real) continue;
+    const int b = q_at.batch;
+    const int head_kv = head / (p.heads / p.heads_kv);
+
+    WarpRow<Acc> q, dout, o;
+    q.load(row_pointer<const T>(t.q, b, row, head), p.head_dim, lane);
+    dout.load(row_pointer<const T>(t.dout, b, row, head), p.head_dim, lane);
+    o.load(row_pointer<const T>(t.o, b, row, head), p.head_dim, lane);
+    Acc row_dot = 0;
+#pragma unroll
+    for (int c = 0; c < kElemsPerLane; ++c) row_dot += dout.x[c] * o.x[c];
+    row_dot = warp_sum(row_dot);
+    if (lane == 0) static_cast<Acc*>(params.row_dot)[head * p.total_q() + row] = row_dot;
+
+    const Acc lse = *row_pointer<const float>(t.lse, b, row, head);
+    const int seqlen_q = p.queries.sequence(b).length;
+    const int seqlen_k = p.keys.sequence(b).length;
+    const BlockRange keys = n_block_range(p.mask, q_at.index, 1, 1, seqlen_q, seqlen_k);
+    WarpRow<Acc> dq;
+    dq.zero();
+    for (int j = keys.begin; j < keys.end; ++j) {
+      const long long key_row = packed_row(p.keys, b, j);
+      const T* k = row_pointer<const T>(t.k, b, key_row, head_kv);
+      const T* v = row_pointer<const T>(t.v, b, key_row, head_kv);
+      const PairGradients<Acc> g = pair_gradients<T, Acc>(params, q, dout, k, v, lse, row_dot, lane);
+      dq.axpy(g.dscore, k, p.head_dim, lane);
+    }
+    dq.store(row_pointer<T>(t.dq, b, row, head), p.head_dim, lane, static_cast<Acc>(p.softmax_scale));
+  }
+}
+
+template <typename T, typename Acc>
+__global__ void __launch_bounds__(kThreadsPerBlock) reference_dkdv_kernel(const BackwardParams params) {
+  const Problem& p = params.problem;
+  const BackwardTensors& t = params.tensors;
+  const int lane = threadIdx.x % kWarpSize;
+  const long long warps = static_cast<long long>(gridDim.x) * kWarpsPerBlock;
+  const long long work = p.total_k() * p.heads_kv;
+  const int group = p.heads / p.heads_kv;
+  for (long long w = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize; w < work; w += warps) {
+    const long long key_row = w % p.total_k();
+    const int head_kv = static_cast<int>(w / p.total_k());
+    const RowLocation k_at = locate_row(p.keys, p.batch, key_row);
+    if (!k_at.real) continue;
+    const int b = k_at.batch;
+    const T* k = row_pointer<const T>(t.k, b, key_row, head_kv);
+    const T* v = row_pointer<const T>(t.v, b, key_row, head_kv);
+    const int seqlen_q = p.queries.sequence(b).length;
+    const int seqlen_k = p.keys.sequence(b).length;
+    const BlockRange queries = m_block_range(p.mask, k_at.index, 1, 1, seqlen_q, seqlen_k);
+
+    WarpRow<Acc> dk, dv;
+    dk.zero();
+    dv.zero();
+    for (int head = head_kv * group; head < (head_kv + 1) * group; ++head) {
+      for (int i = queries.begin; i < queries.end; ++i) {
+        const long long row = packed_row(p.queries, b, i);
+        WarpRow<Acc> q, dout;
+        q.load(row_pointer<const T>(t.q, b, row, head), p.head_dim, lane);
+        dout.load(row_pointer<const T>(t.dout, b, row, head), p.head_dim, lane);
+        const Acc lse = *row_pointer<const float>(t.lse, b, row, head);
+        const Acc row_dot = static_cast<const Acc*>(params.row_dot)[head * p.total_q() + row];
+        const PairGradients<Acc> g = pair_gradients<T, Acc>(params, q, dout, k, v, lse, row_dot, lane);
+#pragma unroll
+        for (int c = 0; c < kElemsPerLane; ++c) {
+          dv.x[c] += g.prob * dout.x[c];
+          dk.x[c] += g.dscore * q.x[c];
+        }
+      }
+    }
+    dk.store(row_pointer<T>(t.dk, b, key_row, head_kv), p.head_dim, lane, static_cast<Acc>(p.softmax_scale));
+    dv.store(row_pointer<T>(t.dv, b, key_row, head_kv), p.head_dim, lane, Acc(1));
+  }
+}
+
+template <typename T, typename Acc>
+cudaError_t launch(const BackwardParams& params, cudaStream_t stream) {
+  const long long q_work = params.problem.total_q() * params.problem.heads;
+  const long long k_work = params.problem.total_k() * params.problem.heads_kv;
+  if (q_work > 0) {
+    reference_dq_kernel<T, Acc><<<grid_for(q_work), kThreadsPerBlock, 0, stream>>>(params);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  if (k_work > 0) {
+    reference_dkdv_kernel<T, Acc><<<grid_for(k_work), kThreadsPerBlock, 0, stream>>>(params);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+template <typename T>
+cudaError_t launch_for_precision(const BackwardParams& params, ReferencePrecision precision,
+                                 cudaStream_t stream) {
+  switch (precision) {
+    case ReferencePrecision::kFloat32:
+    case ReferencePrecision::kNaiveLowPrecision:
+      return launch<T, float>(params, stream);
+    case ReferencePrecision::kFloat64:
+      return launch<T, double>(params, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+size_t reference_backward_workspace_bytes(const Problem& problem, ReferencePrecision precision) {
+  const size_t element = precision == ReferencePrecision::kFloat64 ? sizeof(double) : sizeof(float);
+  const size_t bytes = static_cast<size_t>(problem.heads) * static_cast<size_t>(problem.total_q()) * element;
+  return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
+}
+
+cudaError_t reference_backward(const Problem& problem, const BackwardTensors& tensors, void* workspace,
+                               ReferencePrecision precision, cudaStream_t stream) {
+  const BackwardParams params{problem, tensors, workspace, precision == ReferencePrecision::kNaiveLowPrecision};
+  switch (problem.dtype) {
+    case DType::kFloat16:
+      return launch_for_precision<__half>(params, precision, stream);
+    case DType::kBFloat16:
+      return launch_for_precision<__nv_bfloat16>(params, precision, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace hopattn

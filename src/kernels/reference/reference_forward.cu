@@ -1,0 +1,102 @@
+// GPU reference forward: one warp per (query row, head), two passes over the visible keys
+// (LSE first, then O = sum_j exp(s_j - LSE) v_j), so P is formed exactly as the definition says.
+#include "kernels/reference/reference_attention.hpp"
+#include "kernels/reference/reference_common.cuh"
+
+namespace hopattn {
+namespace {
+
+using namespace reference_detail;
+
+struct ForwardParams {
+  Problem problem;
+  ForwardTensors tensors;
+  bool round_to_input;
+};
+
+template <typename T, typename Acc>
+__global__ void __launch_bounds__(kThreadsPerBlock) reference_forward_kernel(const ForwardParams params) {
+  const Problem& p = params.problem;
+  const int lane = threadIdx.x % kWarpSize;
+  const long long warps = static_cast<long long>(gridDim.x) * kWarpsPerBlock;
+  const long long work = p.total_q() * p.heads;
+  // Consecutive warps take consecutive rows of one head, so they share K/V through the caches.
+  for (long long w = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize; w < work; w += warps) {
+    const long long row = w % p.total_q();
+    const int head = static_cast<int>(w / p.total_q());
+    const RowLocation q_at = locate_row(p.queries, p.batch, row);
+    if (!q_at.real) continue;
+    const int b = q_at.batch;
+    const int head_kv = head / (p.heads / p.heads_kv);
+    const int seqlen_q = p.queries.sequence(b).length;
+    const int seqlen_k = p.keys.sequence(b).length;
+    const BlockRange keys = n_block_range(p.mask, q_at.index, 1, 1, seqlen_q, seqlen_k);
+
+    WarpRow<Acc> q;
+    q.load(row_pointer<const T>(params.tensors.q, b, row, head), p.head_dim, lane);
+    const Acc scale = p.softmax_scale;
+    auto score = [&](int j) {
+      const T* k = row_pointer<const T>(params.tensors.k, b, packed_row(p.keys, b, j), head_kv);
+      const Acc qk = maybe_round<T>(q.dot(k, p.head_dim, lane), params.round_to_input);
+      return maybe_round<T>(qk * scale, params.round_to_input);
+    };
+
+    Acc row_max = -INFINITY;
+    Acc row_sum = 0;
+    for (int j = keys.begin; j < keys.end; ++j) {
+      const Acc s = score(j);
+      const Acc new_max = s > row_max ? s : row_max;
+      row_sum = row_sum * exp(row_max - new_max) + exp(s - new_max);
+      row_max = new_max;
+    }
+    const Acc lse = row_sum > 0 ? row_max + log(row_sum) : Acc(-INFINITY);
+
+    WarpRow<Acc> o;
+    o.zero();
+    for (int j = keys.begin; j < keys.end; ++j) {
+      const Acc prob = maybe_round<T>(exp(score(j) - lse), params.round_to_input);
+      o.axpy(prob, row_pointer<const T>(params.tensors.v, b, packed_row(p.keys, b, j), head_kv), p.head_dim, lane);
+    }
+    o.store(row_pointer<T>(params.tensors.o, b, row, head), p.head_dim, lane, Acc(1));
+    if (params.tensors.lse.data != nullptr && lane == 0) {
+      *row_pointer<float>(params.tensors.lse, b, row, head) = static_cast<float>(lse);
+    }
+  }
+}
+
+template <typename T, typename Acc>
+cudaError_t launch(const ForwardParams& params, cudaStream_t stream) {
+  const long long work = params.problem.total_q() * params.problem.heads;
+  if (work == 0) return cudaSuccess;
+  reference_forward_kernel<T, Acc><<<grid_for(work), kThreadsPerBlock, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_for_precision(const ForwardParams& params, ReferencePrecision precision, cudaStream_t stream) {
+  switch (precision) {
+    case ReferencePrecision::kFloat32:
+    case ReferencePrecision::kNaiveLowPrecision:
+      return launch<T, float>(params, stream);
+    case ReferencePrecision::kFloat64:
+      return launch<T, double>(params, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t reference_forward(const Problem& problem, const ForwardTensors& tensors, ReferencePrecision precision,
+                              cudaStream_t stream) {
+  const ForwardParams params{problem, tensors, precision == ReferencePrecision::kNaiveLowPrecision};
+  switch (problem.dtype) {
+    case DType::kFloat16:
+      return launch_for_precision<__half>(params, precision, stream);
+    case DType::kBFloat16:
+      return launch_for_precision<__nv_bfloat16>(params, precision, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace hopattn

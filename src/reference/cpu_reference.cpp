@@ -1,0 +1,173 @@
+#include "reference/cpu_reference.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace hopattn::cpu_reference {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Addressing of the packed layout.
+struct Packed {
+  int64_t heads;
+  int64_t head_dim;
+  int64_t at(int64_t row, int64_t head) const { return (row * heads + head) * head_dim; }
+};
+
+double dot(const double* a, const double* b, int n) {
+  double sum = 0;
+  for (int d = 0; d < n; ++d) sum += a[d] * b[d];
+  return sum;
+}
+
+// One query row's scores and probabilities over the keys of its sequence.
+struct RowSoftmax {
+  std::vector<int> keys;      // visible keys, in order
+  std::vector<double> prob;   // P for each visible key
+  double lse = -kInf;
+};
+
+RowSoftmax row_softmax(const HostProblem& p, const std::vector<double>& q, const std::vector<double>& k,
+                       Rounding r, int64_t q_row, int head, int64_t k_offset, int i, int seqlen_q,
+                       int seqlen_k) {
+  const Packed pq{p.heads, p.head_dim}, pk{p.heads_kv, p.head_dim};
+  const int head_kv = head / (p.heads / p.heads_kv);
+  RowSoftmax row;
+  std::vector<double> scores;
+  double max_score = -kInf;
+  for (int j = 0; j < seqlen_k; ++j) {
+    if (!is_visible(p.mask, i, j, seqlen_q, seqlen_k)) continue;
+    const double qk = round_to(r, dot(&q[pq.at(q_row, head)], &k[pk.at(k_offset + j, head_kv)], p.head_dim));
+    const double s = round_to(r, qk * p.softmax_scale);
+    row.keys.push_back(j);
+    scores.push_back(s);
+    max_score = std::fmax(max_score, s);
+  }
+  if (row.keys.empty()) return row;
+  double sum = 0;
+  for (double s : scores) sum += std::exp(s - max_score);
+  row.lse = max_score + std::log(sum);
+  for (double s : scores) row.prob.push_back(round_to(r, std::exp(s - row.lse)));
+  return row;
+}
+
+}  // namespace
+
+SequenceLayout HostProblem::queries() const {
+  return SequenceLayout{cu_seqlens_q.data(), seqused_q.empty() ? nullptr : seqused_q.data(), 0, total_q()};
+}
+
+SequenceLayout HostProblem::keys() const {
+  return SequenceLayout{cu_seqlens_k.data(), seqused_k.empty() ? nullptr : seqused_k.data(), 0, total_k()};
+}
+
+HostProblem fixed_length_problem(int batch, int seqlen_q, int seqlen_k, int heads, int heads_kv, int head_dim,
+                                 double softmax_scale, BandMask mask) {
+  HostProblem p;
+  p.heads = heads;
+  p.heads_kv = heads_kv;
+  p.head_dim = head_dim;
+  p.softmax_scale = softmax_scale;
+  p.mask = mask;
+  for (int b = 0; b <= batch; ++b) {
+    p.cu_seqlens_q.push_back(b * seqlen_q);
+    p.cu_seqlens_k.push_back(b * seqlen_k);
+  }
+  return p;
+}
+
+Rounding rounding_for(DType dtype) {
+  return dtype == DType::kFloat16 ? Rounding::kFloat16 : Rounding::kBFloat16;
+}
+
+double round_to(Rounding rounding, double x) {
+  switch (rounding) {
+    case Rounding::kNone:
+      return x;
+    case Rounding::kFloat16:
+      return static_cast<double>(__half2float(__float2half_rn(static_cast<float>(x))));
+    case Rounding::kBFloat16:
+      return static_cast<double>(__bfloat162float(__float2bfloat16_rn(static_cast<float>(x))));
+  }
+  return x;
+}
+
+ForwardResult forward(const HostProblem& p, const std::vector<double>& q, const std::vector<double>& k,
+                      const std::vector<double>& v, Rounding r) {
+  const Packed pq{p.heads, p.head_dim}, pk{p.heads_kv, p.head_dim};
+  ForwardResult out;
+  out.o.assign(static_cast<size_t>(p.total_q() * p.heads * p.head_dim), kNaN);
+  out.lse.assign(static_cast<size_t>(p.heads * p.total_q()), kNaN);
+  const SequenceLayout queries = p.queries(), keys = p.keys();
+  for (int b = 0; b < p.batch(); ++b) {
+    const Sequence sq = queries.sequence(b), sk = keys.sequence(b);
+    for (int h = 0; h < p.heads; ++h) {
+      const int head_kv = h / (p.heads / p.heads_kv);
+      for (int i = 0; i < sq.length; ++i) {
+        const int64_t row = sq.offset + i;
+        const RowSoftmax sm = row_softmax(p, q, k, r, row, h, sk.offset, i, sq.length, sk.length);
+        double* o = &out.o[pq.at(row, h)];
+        for (int d = 0; d < p.head_dim; ++d) {
+          double acc = 0;
+          for (size_t n = 0; n < sm.keys.size(); ++n) acc += sm.prob[n] * v[pk.at(sk.offset + sm.keys[n], head_kv) + d];
+          o[d] = round_to(r, acc);
+        }
+        out.lse[h * p.total_q() + row] = sm.lse;
+      }
+    }
+  }
+  return out;
+}
+
+BackwardResult backward(const HostProblem& p, const std::vector<double>& q, const std::vector<double>& k,
+                        const std::vector<double>& v, const std::vector<double>& dout, Rounding r) {
+  const Packed pq{p.heads, p.head_dim}, pk{p.heads_kv, p.head_dim};
+  const ForwardResult fwd = forward(p, q, k, v, r);
+  BackwardResult out;
+  out.dq.assign(q.size(), kNaN);
+  out.dk.assign(k.size(), kNaN);
+  out.dv.assign(v.size(), kNaN);
+  const SequenceLayout queries = p.queries(), keys = p.keys();
+  std::vector<double> dk_acc, dv_acc, dq_acc(p.head_dim);
+  for (int b = 0; b < p.batch(); ++b) {
+    const Sequence sq = queries.sequence(b), sk = keys.sequence(b);
+    dk_acc.assign(out.dk.size(), 0.0);
+    dv_acc.assign(out.dv.size(), 0.0);
+    for (int h = 0; h < p.heads; ++h) {
+      const int head_kv = h / (p.heads / p.heads_kv);
+      for (int i = 0; i < sq.length; ++i) {
+        const int64_t row = sq.offset + i;
+        const RowSoftmax sm = row_softmax(p, q, k, r, row, h, sk.offset, i, sq.length, sk.length);
+        const double* qi = &q[pq.at(row, h)];
+        const double* doi = &dout[pq.at(row, h)];
+        const double row_dot = dot(doi, &fwd.o[pq.at(row, h)], p.head_dim);
+        std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
+        for (size_t n = 0; n < sm.keys.size(); ++n) {
+          const int64_t key_at = pk.at(sk.offset + sm.keys[n], head_kv);
+          const double dprob = round_to(r, dot(doi, &v[key_at], p.head_dim));
+          const double dscore = round_to(r, sm.prob[n] * (dprob - row_dot));
+          for (int d = 0; d < p.head_dim; ++d) {
+            dq_acc[d] += dscore * k[key_at + d];
+            dk_acc[key_at + d] += dscore * qi[d];
+            dv_acc[key_at + d] += sm.prob[n] * doi[d];
+          }
+        }
+        for (int d = 0; d < p.head_dim; ++d) out.dq[pq.at(row, h) + d] = round_to(r, dq_acc[d] * p.softmax_scale);
+      }
+    }
+    // Only the real key rows of this sequence get gradients; rows past seqused stay NaN (untouched).
+    for (int64_t e = sk.offset * p.heads_kv * p.head_dim; e < (sk.offset + sk.length) * p.heads_kv * p.head_dim; ++e) {
+      out.dk[e] = round_to(r, dk_acc[e] * p.softmax_scale);
+      out.dv[e] = round_to(r, dv_acc[e]);
+    }
+  }
+  return out;
+}
+
+}  // namespace hopattn::cpu_reference

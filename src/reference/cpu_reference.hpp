@@ -1,0 +1,65 @@
+// The float64 CPU reference: attention computed straight from its definition, for every feature
+// (masks, GQA, varlen, seqused). It is the ground truth of the test suite.
+//
+// Tensors are host vectors in the packed layout: Q/O/dQ (total_q, heads, head_dim), K/V/dK/dV
+// (total_k, heads_kv, head_dim), LSE (heads, total_q). A fixed-length batch is the varlen batch
+// with cu_seqlens = {0, s, 2s, ...}. Rows that are not real (past seqused) come back as NaN: an
+// implementation must leave them untouched.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hopattn/hopattn.hpp"
+#include "kernels/common/mask.hpp"
+#include "kernels/common/seqlen.hpp"
+
+namespace hopattn::cpu_reference {
+
+struct HostProblem {
+  int heads = 1;
+  int heads_kv = 1;
+  int head_dim = 8;
+  std::vector<int32_t> cu_seqlens_q;  // batch + 1
+  std::vector<int32_t> cu_seqlens_k;  // batch + 1
+  std::vector<int32_t> seqused_q;     // empty or batch
+  std::vector<int32_t> seqused_k;     // empty or batch
+  double softmax_scale = 1.0;
+  BandMask mask;
+
+  int batch() const { return static_cast<int>(cu_seqlens_q.size()) - 1; }
+  int64_t total_q() const { return cu_seqlens_q.back(); }
+  int64_t total_k() const { return cu_seqlens_k.back(); }
+  SequenceLayout queries() const;
+  SequenceLayout keys() const;
+};
+
+// A fixed-length batch as a HostProblem.
+HostProblem fixed_length_problem(int batch, int seqlen_q, int seqlen_k, int heads, int heads_kv, int head_dim,
+                                 double softmax_scale, BandMask mask);
+
+// kNone computes in float64 throughout. kFloat16/kBFloat16 round every intermediate (S, P, O, dP,
+// dS and the gradients) to that dtype: the naive low-precision computation whose error bounds an
+// implementation's error in FA3's tolerance rule.
+enum class Rounding { kNone, kFloat16, kBFloat16 };
+Rounding rounding_for(DType dtype);
+double round_to(Rounding rounding, double x);
+
+struct ForwardResult {
+  std::vector<double> o;
+  std::vector<double> lse;  // -inf for a row that sees no key
+};
+
+struct BackwardResult {
+  std::vector<double> dq, dk, dv;
+};
+
+ForwardResult forward(const HostProblem& p, const std::vector<double>& q, const std::vector<double>& k,
+                      const std::vector<double>& v, Rounding rounding = Rounding::kNone);
+
+// Gradients of sum(O * dout), recomputing the forward from q, k, v.
+BackwardResult backward(const HostProblem& p, const std::vector<double>& q, const std::vector<double>& k,
+                        const std::vector<double>& v, const std::vector<double>& dout,
+                        Rounding rounding = Rounding::kNone);
+
+}  // namespace hopattn::cpu_reference

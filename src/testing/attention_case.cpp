@@ -1,0 +1,258 @@
+#include "testing/attention_case.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <stdexcept>
+
+namespace hopattn::testing {
+namespace {
+
+constexpr uint16_t kPoison16 = 0xFFFF;      // NaN in both float16 and bfloat16
+constexpr uint32_t kPoison32 = 0xFFFFFFFFu;  // NaN in float32
+
+uint16_t to_bits(DType dtype, float x) {
+  uint16_t bits;
+  if (dtype == DType::kFloat16) {
+    const __half h = __float2half_rn(x);
+    std::memcpy(&bits, &h, sizeof bits);
+  } else {
+    const __nv_bfloat16 b = __float2bfloat16_rn(x);
+    std::memcpy(&bits, &b, sizeof bits);
+  }
+  return bits;
+}
+
+double from_bits(DType dtype, uint16_t bits) {
+  if (dtype == DType::kFloat16) {
+    __half h;
+    std::memcpy(&h, &bits, sizeof bits);
+    return __half2float(h);
+  }
+  __nv_bfloat16 b;
+  std::memcpy(&b, &bits, sizeof bits);
+  return __bfloat162float(b);
+}
+
+std::vector<uint16_t> random_bits(DType dtype, size_t n, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> bits(n);
+  for (uint16_t& b : bits) b = to_bits(dtype, normal(rng));
+  return bits;
+}
+
+std::vector<int32_t> prefix_sums(const std::vector<int>& lengths) {
+  std::vector<int32_t> sums{0};
+  for (int n : lengths) sums.push_back(sums.back() + n);
+  return sums;
+}
+
+DeviceBuffer upload_ints(const std::vector<int32_t>& values) {
+  DeviceBuffer buffer(values.size() * sizeof(int32_t));
+  if (!values.empty()) buffer.upload(values.data(), buffer.bytes());
+  return buffer;
+}
+
+}  // namespace
+
+AttentionCase::AttentionCase(const CaseSpec& spec) : spec_(spec) {
+  if (spec.row_padding % 8 != 0) throw std::invalid_argument("row_padding must be a multiple of 8");
+  const double scale = spec.softmax_scale == kDefaultSoftmaxScale ? 1.0 / std::sqrt(double(spec.head_dim))
+                                                                  : double(spec.softmax_scale);
+  const BandMask mask = BandMask::from_args(spec.causal, spec.window_left, spec.window_right);
+  if (spec.varlen()) {
+    host_.heads = spec.heads;
+    host_.heads_kv = spec.heads_kv;
+    host_.head_dim = spec.head_dim;
+    host_.softmax_scale = scale;
+    host_.mask = mask;
+    host_.cu_seqlens_q = prefix_sums(spec.varlen_seqlens_q);
+    host_.cu_seqlens_k = prefix_sums(spec.varlen_seqlens_k);
+    host_.seqused_q.assign(spec.seqused_q.begin(), spec.seqused_q.end());
+    host_.seqused_k.assign(spec.seqused_k.begin(), spec.seqused_k.end());
+    cu_seqlens_q_ = upload_ints(host_.cu_seqlens_q);
+    cu_seqlens_k_ = upload_ints(host_.cu_seqlens_k);
+    seqused_q_ = upload_ints(host_.seqused_q);
+    seqused_k_ = upload_ints(host_.seqused_k);
+  } else {
+    host_ = cpu_reference::fixed_length_problem(spec.batch, spec.seqlen_q, spec.seqlen_k, spec.heads, spec.heads_kv,
+                                                spec.head_dim, scale, mask);
+  }
+  row_stride_q_ = int64_t{spec.heads} * spec.head_dim + spec.row_padding;
+  row_stride_k_ = int64_t{spec.heads_kv} * spec.head_dim + spec.row_padding;
+
+  std::mt19937_64 rng(spec.seed);
+  const size_t q_elems = size_t(host_.total_q()) * spec.heads * spec.head_dim;
+  const size_t k_elems = size_t(host_.total_k()) * spec.heads_kv * spec.head_dim;
+  q_bits_ = random_bits(spec.dtype, q_elems, rng);
+  k_bits_ = random_bits(spec.dtype, k_elems, rng);
+  v_bits_ = random_bits(spec.dtype, k_elems, rng);
+  dout_bits_ = random_bits(spec.dtype, q_elems, rng);
+
+  // Scatter the packed rows into the (possibly padded) device rows; padding holds poison.
+  auto upload_rows = [&](const std::vector<uint16_t>& bits, int64_t rows, int heads) {
+    DeviceBuffer buffer(row_buffer_bytes(rows, heads));
+    const int64_t stride = heads == spec.heads ? row_stride_q_ : row_stride_k_;
+    const int64_t row_elems = int64_t{heads} * spec.head_dim;
+    std::vector<uint16_t> staged(buffer.bytes() / sizeof(uint16_t), kPoison16);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(&staged[r * stride], &bits[r * row_elems], row_elems * sizeof(uint16_t));
+    }
+    if (!staged.empty()) buffer.upload(staged.data(), buffer.bytes());
+    return buffer;
+  };
+  q_ = upload_rows(q_bits_, host_.total_q(), spec.heads);
+  k_ = upload_rows(k_bits_, host_.total_k(), spec.heads_kv);
+  v_ = upload_rows(v_bits_, host_.total_k(), spec.heads_kv);
+  dout_ = upload_rows(dout_bits_, host_.total_q(), spec.heads);
+}
+
+size_t AttentionCase::row_buffer_bytes(int64_t rows, int heads) const {
+  const int64_t stride = heads == spec_.heads ? row_stride_q_ : row_stride_k_;
+  return size_t(rows * stride) * sizeof(uint16_t);
+}
+
+size_t AttentionCase::input_bytes() const { return q_.bytes() + k_.bytes() + v_.bytes() + dout_.bytes(); }
+
+Tensor AttentionCase::row_tensor(void* data, int64_t rows, int heads) const {
+  const int64_t stride = heads == spec_.heads ? row_stride_q_ : row_stride_k_;
+  const int d = spec_.head_dim;
+  if (spec_.varlen()) return make_tensor(data, spec_.dtype, {rows, heads, d}, {stride, d, 1});
+  const int seqlen = heads == spec_.heads ? spec_.seqlen_q : spec_.seqlen_k;
+  return make_tensor(data, spec_.dtype, {spec_.batch, seqlen, heads, d}, {seqlen * stride, stride, d, 1});
+}
+
+Tensor AttentionCase::lse_tensor(void* data) const {
+  if (spec_.varlen()) return make_tensor(data, DType::kFloat32, {spec_.heads, host_.total_q()});
+  return make_tensor(data, DType::kFloat32, {spec_.batch, spec_.heads, spec_.seqlen_q});
+}
+
+Varlen AttentionCase::varlen_args() const {
+  Varlen v;
+  if (!spec_.varlen()) return v;
+  const int64_t batch = host_.batch();
+  auto array = [](const DeviceBuffer& b, int64_t n) {
+    return IntArray{static_cast<const int32_t*>(b.data()), b.data() ? n : 0};
+  };
+  v.cu_seqlens_q = array(cu_seqlens_q_, batch + 1);
+  v.cu_seqlens_k = array(cu_seqlens_k_, batch + 1);
+  v.seqused_q = array(seqused_q_, batch);
+  v.seqused_k = array(seqused_k_, batch);
+  for (int n : spec_.varlen_seqlens_q) v.max_seqlen_q = std::max(v.max_seqlen_q, n);
+  for (int n : spec_.varlen_seqlens_k) v.max_seqlen_k = std::max(v.max_seqlen_k, n);
+  return v;
+}
+
+Outputs AttentionCase::new_outputs() const {
+  Outputs out;
+  out.o = DeviceBuffer(row_buffer_bytes(host_.total_q(), spec_.heads));
+  out.lse = DeviceBuffer(size_t(host_.total_q()) * spec_.heads * sizeof(float));
+  out.dq = DeviceBuffer(row_buffer_bytes(host_.total_q(), spec_.heads));
+  out.dk = DeviceBuffer(row_buffer_bytes(host_.total_k(), spec_.heads_kv));
+  out.dv = DeviceBuffer(row_buffer_bytes(host_.total_k(), spec_.heads_kv));
+  for (DeviceBuffer* b : {&out.o, &out.lse, &out.dq, &out.dk, &out.dv}) b->fill_bytes(0xFF);
+  return out;
+}
+
+ForwardArgs AttentionCase::forward_args(const Outputs& out) const {
+  ForwardArgs a;
+  a.q = row_tensor(q_.data(), host_.total_q(), spec_.heads);
+  a.k = row_tensor(k_.data(), host_.total_k(), spec_.heads_kv);
+  a.v = row_tensor(v_.data(), host_.total_k(), spec_.heads_kv);
+  a.o = row_tensor(out.o.data(), host_.total_q(), spec_.heads);
+  a.lse = lse_tensor(out.lse.data());
+  a.softmax_scale = spec_.softmax_scale;
+  a.mask = Mask{spec_.causal, spec_.window_left, spec_.window_right};
+  a.varlen = varlen_args();
+  return a;
+}
+
+BackwardArgs AttentionCase::backward_args(const Outputs& forward, const Outputs& grads) const {
+  const ForwardArgs f = forward_args(forward);
+  BackwardArgs a;
+  a.q = f.q;
+  a.k = f.k;
+  a.v = f.v;
+  a.o = f.o;
+  a.lse = f.lse;
+  a.dout = row_tensor(dout_.data(), host_.total_q(), spec_.heads);
+  a.dq = row_tensor(grads.dq.data(), host_.total_q(), spec_.heads);
+  a.dk = row_tensor(grads.dk.data(), host_.total_k(), spec_.heads_kv);
+  a.dv = row_tensor(grads.dv.data(), host_.total_k(), spec_.heads_kv);
+  a.softmax_scale = f.softmax_scale;
+  a.mask = f.mask;
+  a.varlen = f.varlen;
+  return a;
+}
+
+std::vector<double> AttentionCase::input(Field field) const {
+  const std::vector<uint16_t>* bits = nullptr;
+  switch (field) {
+    case Field::kQ: bits = &q_bits_; break;
+    case Field::kK: bits = &k_bits_; break;
+    case Field::kV: bits = &v_bits_; break;
+    case Field::kDout: bits = &dout_bits_; break;
+    default: throw std::invalid_argument("input(): not an input field");
+  }
+  std::vector<double> values(bits->size());
+  for (size_t e = 0; e < values.size(); ++e) values[e] = from_bits(spec_.dtype, (*bits)[e]);
+  return values;
+}
+
+Downloaded AttentionCase::download(const Outputs& out, Field field) const {
+  Downloaded d;
+  if (field == Field::kLse) {
+    // Device (batch, heads, seqlen_q) or (heads, total_q); host (heads, total_q).
+    std::vector<uint32_t> raw(out.lse.bytes() / sizeof(uint32_t));
+    if (!raw.empty()) out.lse.download(raw.data(), out.lse.bytes());
+    const int64_t total = host_.total_q();
+    d.values.resize(raw.size());
+    d.untouched.resize(raw.size());
+    for (int h = 0; h < spec_.heads; ++h) {
+      for (int64_t r = 0; r < total; ++r) {
+        const int64_t device_at = spec_.varlen()
+                                      ? h * total + r
+                                      : ((r / spec_.seqlen_q) * spec_.heads + h) * spec_.seqlen_q + r % spec_.seqlen_q;
+        const uint32_t bits = raw[device_at];
+        float value;
+        std::memcpy(&value, &bits, sizeof value);
+        d.untouched[h * total + r] = bits == kPoison32;
+        d.values[h * total + r] = bits == kPoison32 ? std::numeric_limits<double>::quiet_NaN() : value;
+      }
+    }
+    return d;
+  }
+  const DeviceBuffer* buffer = nullptr;
+  switch (field) {
+    case Field::kO: buffer = &out.o; break;
+    case Field::kDq: buffer = &out.dq; break;
+    case Field::kDk: buffer = &out.dk; break;
+    case Field::kDv: buffer = &out.dv; break;
+    default: throw std::invalid_argument("download(): not an output field");
+  }
+  const bool q_like = field == Field::kO || field == Field::kDq;
+  const int heads = q_like ? spec_.heads : spec_.heads_kv;
+  const int64_t rows = q_like ? host_.total_q() : host_.total_k();
+  const int64_t stride = q_like ? row_stride_q_ : row_stride_k_;
+  const int64_t row_elems = int64_t{heads} * spec_.head_dim;
+  std::vector<uint16_t> raw(buffer->bytes() / sizeof(uint16_t));
+  if (!raw.empty()) buffer->download(raw.data(), buffer->bytes());
+  d.values.resize(size_t(rows * row_elems));
+  d.untouched.resize(d.values.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t e = 0; e < row_elems; ++e) {
+      const uint16_t bits = raw[r * stride + e];
+      d.untouched[r * row_elems + e] = bits == kPoison16;
+      d.values[r * row_elems + e] =
+          bits == kPoison16 ? std::numeric_limits<double>::quiet_NaN() : from_bits(spec_.dtype, bits);
+    }
+    for (int64_t e = row_elems; e < stride; ++e) d.padding_writes += raw[r * stride + e] != kPoison16;
+  }
+  return d;
+}
+
+}  // namespace hopattn::testing

@@ -1,0 +1,87 @@
+// One attention problem with random inputs on the device and host copies for the references:
+// what every GPU test and the benchmark start from.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hopattn/hopattn.hpp"
+#include "reference/cpu_reference.hpp"
+#include "testing/device_buffer.hpp"
+
+namespace hopattn::testing {
+
+struct CaseSpec {
+  DType dtype = DType::kBFloat16;
+  int batch = 2;  // ignored in varlen mode (the number of sequences)
+  int seqlen_q = 128;
+  int seqlen_k = 128;
+  int heads = 4;
+  int heads_kv = 4;
+  int head_dim = 64;
+  bool causal = false;
+  int window_left = -1;
+  int window_right = -1;
+  float softmax_scale = kDefaultSoftmaxScale;
+  // Varlen mode when non-empty: the length of each sequence (seqlen_q/seqlen_k then unused).
+  std::vector<int> varlen_seqlens_q;
+  std::vector<int> varlen_seqlens_k;
+  std::vector<int> seqused_q;  // optional, varlen only
+  std::vector<int> seqused_k;
+  int row_padding = 0;  // extra elements in every row stride (multiple of 8): non-contiguous tensors
+  uint64_t seed = 0;
+
+  bool varlen() const { return !varlen_seqlens_q.empty(); }
+};
+
+// Output buffers, poisoned with NaN bit patterns so that any element a kernel forgets (or writes
+// where it must not) shows.
+struct Outputs {
+  DeviceBuffer o, lse, dq, dk, dv;
+};
+
+enum class Field { kQ, kK, kV, kDout, kO, kLse, kDq, kDk, kDv };
+
+// Device values in the packed host layout of cpu_reference; elements still holding the poison
+// pattern read as NaN and are flagged.
+struct Downloaded {
+  std::vector<double> values;
+  std::vector<bool> untouched;
+  size_t padding_writes = 0;  // elements written in the padding between rows (never allowed)
+};
+
+class AttentionCase {
+ public:
+  explicit AttentionCase(const CaseSpec& spec);
+
+  const CaseSpec& spec() const { return spec_; }
+  const cpu_reference::HostProblem& host_problem() const { return host_; }
+
+  Outputs new_outputs() const;
+  ForwardArgs forward_args(const Outputs& out) const;
+  // Backward of the forward that wrote `forward` (its O and LSE), gradients into `grads`.
+  BackwardArgs backward_args(const Outputs& forward, const Outputs& grads) const;
+
+  // Inputs as float64 in the packed layout (exactly the values on the device).
+  std::vector<double> input(Field field) const;
+  Downloaded download(const Outputs& out, Field field) const;
+
+  // Bytes of the inputs Q, K, V, dO on the device (for bandwidth and L2 estimates).
+  size_t input_bytes() const;
+
+ private:
+  Tensor row_tensor(void* data, int64_t rows, int heads) const;
+  Tensor lse_tensor(void* data) const;
+  size_t row_buffer_bytes(int64_t rows, int heads) const;
+  Varlen varlen_args() const;
+
+  CaseSpec spec_;
+  cpu_reference::HostProblem host_;
+  int64_t row_stride_q_ = 0;
+  int64_t row_stride_k_ = 0;
+  std::vector<uint16_t> q_bits_, k_bits_, v_bits_, dout_bits_;  // packed layout
+  DeviceBuffer q_, k_, v_, dout_;
+  DeviceBuffer cu_seqlens_q_, cu_seqlens_k_, seqused_q_, seqused_k_;
+};
+
+}  // namespace hopattn::testing

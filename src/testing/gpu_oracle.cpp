@@ -1,0 +1,70 @@
+#include "testing/gpu_oracle.hpp"
+
+#include <stdexcept>
+
+#include "api/validate.hpp"
+#include "kernels/reference/reference_attention.hpp"
+
+namespace hopattn::testing {
+namespace {
+
+struct ReferenceRun {
+  Outputs fwd;
+  Outputs grads;
+};
+
+// Runs the GPU reference at `precision`; its backward uses the O and LSE of `api_forward`, the
+// same inputs the checked backward saw.
+ReferenceRun run_reference(const AttentionCase& c, const Outputs& api_forward, ReferencePrecision precision,
+                           bool with_backward) {
+  ReferenceRun run{c.new_outputs(), c.new_outputs()};
+  Problem problem;
+  ForwardTensors forward_tensors;
+  if (!validate_forward(c.forward_args(run.fwd), &problem, &forward_tensors).ok()) {
+    throw std::logic_error("oracle: case arguments do not validate");
+  }
+  check_cuda(reference_forward(problem, forward_tensors, precision, nullptr), "oracle forward");
+  if (with_backward) {
+    BackwardTensors backward_tensors;
+    if (!validate_backward(c.backward_args(api_forward, run.grads), &problem, &backward_tensors).ok()) {
+      throw std::logic_error("oracle: backward arguments do not validate");
+    }
+    DeviceBuffer workspace(reference_backward_workspace_bytes(problem, precision));
+    check_cuda(reference_backward(problem, backward_tensors, workspace.data(), precision, nullptr),
+               "oracle backward");
+  }
+  check_cuda(cudaDeviceSynchronize(), "oracle");
+  return run;
+}
+
+}  // namespace
+
+std::vector<ErrorReport> check_with_gpu_oracle(const AttentionCase& c, const Outputs& forward_out,
+                                               const Outputs* grads) {
+  const bool with_backward = grads != nullptr;
+  const ReferenceRun exact = run_reference(c, forward_out, ReferencePrecision::kFloat64, with_backward);
+  const ReferenceRun naive = run_reference(c, forward_out, ReferencePrecision::kNaiveLowPrecision, with_backward);
+  const DType dtype = c.spec().dtype;
+  struct Check {
+    const char* name;
+    Field field;
+    bool backward;
+    DType dtype;
+  };
+  const Check checks[] = {{"o", Field::kO, false, dtype},   {"lse", Field::kLse, false, DType::kFloat32},
+                          {"dq", Field::kDq, true, dtype},  {"dk", Field::kDk, true, dtype},
+                          {"dv", Field::kDv, true, dtype}};
+  std::vector<ErrorReport> reports;
+  for (const Check& check : checks) {
+    if (check.backward && !with_backward) continue;
+    const Outputs& got = check.backward ? *grads : forward_out;
+    const Outputs& want = check.backward ? exact.grads : exact.fwd;
+    const Outputs& bound = check.backward ? naive.grads : naive.fwd;
+    reports.push_back(check_against_reference(check.name, c.download(got, check.field),
+                                              c.download(want, check.field).values,
+                                              c.download(bound, check.field).values, check.dtype));
+  }
+  return reports;
+}
+
+}  // namespace hopattn::testing

@@ -1,0 +1,17 @@
+// Checks results of forward()/backward() with FA3's rule against the float64 GPU reference, using
+// the naive low-precision GPU reference for the bound: for problems too large for the CPU.
+#pragma once
+
+#include <vector>
+
+#include "testing/attention_case.hpp"
+#include "testing/tolerance.hpp"
+
+namespace hopattn::testing {
+
+// `forward_out` holds O and LSE from forward(); `grads` (optional) dQ, dK, dV from the backward
+// of that forward. One report per checked output.
+std::vector<ErrorReport> check_with_gpu_oracle(const AttentionCase& c, const Outputs& forward_out,
+                                               const Outputs* grads);
+
+}  // namespace hopattn::testing

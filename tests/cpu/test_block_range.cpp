@@ -1,0 +1,130 @@
+// The tile-range functions against brute force over the mask, for many random sizes, windows and
+// block shapes: exactly the blocks with a visible element are visited, and exactly the fully
+// visible ones skip masking.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "kernels/common/block_range.hpp"
+#include "kernels/common/mask.hpp"
+
+namespace hopattn {
+namespace {
+
+TEST(Mask, CausalIsBottomRightAligned) {
+  const BandMask causal = BandMask::from_args(true, -1, -1);
+  // seqlen_q = 2, seqlen_k = 5: query 0 sees keys 0..3, query 1 sees all.
+  for (int j = 0; j < 5; ++j) EXPECT_EQ(is_visible(causal, 0, j, 2, 5), j <= 3) << j;
+  for (int j = 0; j < 5; ++j) EXPECT_TRUE(is_visible(causal, 1, j, 2, 5)) << j;
+  // seqlen_q = 5, seqlen_k = 2: queries 0..2 see nothing, query 3 sees key 0.
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(is_visible(causal, i, 0, 5, 2)) << i;
+  EXPECT_TRUE(is_visible(causal, 3, 0, 5, 2));
+  EXPECT_FALSE(is_visible(causal, 3, 1, 5, 2));
+}
+
+TEST(Mask, WindowBoundsAreInclusive) {
+  const BandMask window = BandMask::from_args(false, 2, 1);
+  // seqlen_q = seqlen_k = 10: query 5 sees keys 3..6.
+  for (int j = 0; j < 10; ++j) EXPECT_EQ(is_visible(window, 5, j, 10, 10), j >= 3 && j <= 6) << j;
+  EXPECT_FALSE(is_visible(window, 5, 10, 10, 10));  // out of range
+}
+
+struct RangeCase {
+  BandMask mask;
+  int seqlen_q, seqlen_k, block_m, block_n;
+};
+
+bool any_visible(const RangeCase& c, int m, int n) {
+  for (int i = m * c.block_m; i < (m + 1) * c.block_m; ++i)
+    for (int j = n * c.block_n; j < (n + 1) * c.block_n; ++j)
+      if (is_visible(c.mask, i, j, c.seqlen_q, c.seqlen_k)) return true;
+  return false;
+}
+
+// Forward: every key position of the tile is real and visible to every real query row.
+bool fully_visible_fwd(const RangeCase& c, int m, int n) {
+  for (int i = m * c.block_m; i < std::min((m + 1) * c.block_m, c.seqlen_q); ++i)
+    for (int j = n * c.block_n; j < (n + 1) * c.block_n; ++j)
+      if (!is_visible(c.mask, i, j, c.seqlen_q, c.seqlen_k)) return false;
+  return true;
+}
+
+// Backward: every query position of the tile is real and sees every real key of the key block.
+bool fully_visible_bwd(const RangeCase& c, int m, int n) {
+  for (int j = n * c.block_n; j < std::min((n + 1) * c.block_n, c.seqlen_k); ++j)
+    for (int i = m * c.block_m; i < (m + 1) * c.block_m; ++i)
+      if (!is_visible(c.mask, i, j, c.seqlen_q, c.seqlen_k)) return false;
+  return true;
+}
+
+void check_case(const RangeCase& c) {
+  const int m_blocks = (c.seqlen_q + c.block_m - 1) / c.block_m;
+  const int n_blocks = (c.seqlen_k + c.block_n - 1) / c.block_n;
+  const auto describe = [&] {
+    return ::testing::Message() << "mask(" << c.mask.left << "," << c.mask.right << ") sq=" << c.seqlen_q
+                                << " sk=" << c.seqlen_k << " bm=" << c.block_m << " bn=" << c.block_n;
+  };
+  for (int m = 0; m < m_blocks; ++m) {
+    const BlockRange range = n_block_range(c.mask, m, c.block_m, c.block_n, c.seqlen_q, c.seqlen_k);
+    const BlockRange unmasked = n_block_range_unmasked(c.mask, m, c.block_m, c.block_n, c.seqlen_q, c.seqlen_k);
+    if (!range.empty()) {
+      ASSERT_GE(unmasked.begin, range.begin) << describe();
+      ASSERT_LE(unmasked.end, range.end) << describe();
+    }
+    for (int n = 0; n < n_blocks; ++n) {
+      const bool in_range = n >= range.begin && n < range.end;
+      ASSERT_EQ(in_range, any_visible(c, m, n)) << describe() << " m=" << m << " n=" << n;
+      const bool in_unmasked = n >= unmasked.begin && n < unmasked.end;
+      ASSERT_EQ(in_unmasked, in_range && fully_visible_fwd(c, m, n)) << describe() << " m=" << m << " n=" << n;
+    }
+  }
+  for (int n = 0; n < n_blocks; ++n) {
+    const BlockRange range = m_block_range(c.mask, n, c.block_m, c.block_n, c.seqlen_q, c.seqlen_k);
+    const BlockRange unmasked = m_block_range_unmasked(c.mask, n, c.block_m, c.block_n, c.seqlen_q, c.seqlen_k);
+    if (!range.empty()) {
+      ASSERT_GE(unmasked.begin, range.begin) << describe();
+      ASSERT_LE(unmasked.end, range.end) << describe();
+    }
+    for (int m = 0; m < m_blocks; ++m) {
+      const bool in_range = m >= range.begin && m < range.end;
+      ASSERT_EQ(in_range, any_visible(c, m, n)) << describe() << " n=" << n << " m=" << m;
+      const bool in_unmasked = m >= unmasked.begin && m < unmasked.end;
+      ASSERT_EQ(in_unmasked, in_range && fully_visible_bwd(c, m, n)) << describe() << " n=" << n << " m=" << m;
+    }
+  }
+}
+
+TEST(BlockRange, MatchesBruteForceOnRandomProblems) {
+  std::mt19937 rng(20261202);
+  const int blocks[] = {1, 3, 8, 16, 64, 80, 96, 128, 176, 192};
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int trial = 0; trial < 3000; ++trial) {
+    RangeCase c;
+    c.seqlen_q = pick(0, 3) == 0 ? pick(0, 4) : pick(1, 400);
+    c.seqlen_k = pick(0, 3) == 0 ? pick(0, 4) : pick(1, 400);
+    c.block_m = blocks[pick(0, 9)];
+    c.block_n = blocks[pick(0, 9)];
+    switch (pick(0, 4)) {
+      case 0: c.mask = BandMask{}; break;                                    // none
+      case 1: c.mask = BandMask::from_args(true, -1, -1); break;             // causal
+      case 2: c.mask = BandMask{pick(0, 300), pick(0, 300)}; break;          // two-sided window
+      case 3: c.mask = BandMask::from_args(true, pick(0, 300), -1); break;   // causal local
+      default: c.mask = BandMask{pick(0, 1) ? -1 : pick(0, 50), pick(0, 1) ? -1 : pick(0, 50)}; break;
+    }
+    check_case(c);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+TEST(BlockRange, EmptyWhenNothingIsVisible) {
+  const BandMask causal = BandMask::from_args(true, -1, -1);
+  // seqlen_q = 300 > seqlen_k = 10: the first 290 queries see no key.
+  EXPECT_TRUE(n_block_range(causal, 0, 128, 64, 300, 10).empty());
+  EXPECT_FALSE(n_block_range(causal, 2, 128, 64, 300, 10).empty());
+  EXPECT_TRUE(n_block_range(causal, 0, 128, 64, 0, 10).empty());
+  EXPECT_TRUE(m_block_range(causal, 0, 128, 64, 10, 0).empty());
+}
+
+}  // namespace
+}  // namespace hopattn

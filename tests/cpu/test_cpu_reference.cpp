@@ -1,0 +1,240 @@
+// The float64 reference against first principles: hand-computed values, mask patterns read off
+// through one-hot values, GQA head mapping, varlen equal to separate runs, seqused, and gradients
+// against central finite differences.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "reference/cpu_reference.hpp"
+
+namespace hopattn::cpu_reference {
+namespace {
+
+std::vector<double> random_values(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<double> v(n);
+  for (double& x : v) x = normal(rng);
+  return v;
+}
+
+size_t q_size(const HostProblem& p) { return size_t(p.total_q() * p.heads * p.head_dim); }
+size_t k_size(const HostProblem& p) { return size_t(p.total_k() * p.heads_kv * p.head_dim); }
+
+TEST(CpuReference, HandComputedSoftmax) {
+  // One query e0, keys e0 and 2 e0, scale 1: scores (1, 2).
+  HostProblem p = fixed_length_problem(1, 1, 2, 1, 1, 8, 1.0, BandMask{});
+  std::vector<double> q(8, 0.0), k(16, 0.0), v(16, 0.0);
+  q[0] = 1;
+  k[0] = 1;
+  k[8] = 2;
+  for (int d = 0; d < 8; ++d) {
+    v[d] = d;
+    v[8 + d] = 10 + d;
+  }
+  const ForwardResult r = forward(p, q, k, v);
+  const double lse = std::log(std::exp(1.0) + std::exp(2.0));
+  EXPECT_NEAR(r.lse[0], lse, 1e-14);
+  const double p0 = std::exp(1.0 - lse), p1 = std::exp(2.0 - lse);
+  for (int d = 0; d < 8; ++d) EXPECT_NEAR(r.o[d], p0 * d + p1 * (10 + d), 1e-13);
+}
+
+// With V = identity (v_j = e_j), O's row i is P's row i: the mask can be read off directly.
+std::vector<std::vector<double>> probabilities(BandMask mask, int seqlen_q, int seqlen_k) {
+  const int d = 8 * ((seqlen_k + 7) / 8);
+  HostProblem p = fixed_length_problem(1, seqlen_q, seqlen_k, 1, 1, d, 0.1, mask);
+  std::vector<double> v(size_t(seqlen_k) * d, 0.0);
+  for (int j = 0; j < seqlen_k; ++j) v[size_t(j) * d + j] = 1;
+  const ForwardResult r = forward(p, random_values(q_size(p), 1), random_values(k_size(p), 2), v);
+  std::vector<std::vector<double>> probs(seqlen_q, std::vector<double>(seqlen_k));
+  for (int i = 0; i < seqlen_q; ++i)
+    for (int j = 0; j < seqlen_k; ++j) probs[i][j] = r.o[size_t(i) * d + j];
+  return probs;
+}
+
+void expect_pattern(BandMask mask, int seqlen_q, int seqlen_k, const std::vector<std::vector<int>>& visible) {
+  const auto probs = probabilities(mask, seqlen_q, seqlen_k);
+  for (int i = 0; i < seqlen_q; ++i) {
+    double sum = 0;
+    for (int j = 0; j < seqlen_k; ++j) {
+      if (visible[i][j]) {
+        EXPECT_GT(probs[i][j], 0.0) << i << "," << j;
+      } else {
+        EXPECT_EQ(probs[i][j], 0.0) << i << "," << j;
+      }
+      sum += probs[i][j];
+    }
+    bool any = false;
+    for (int j = 0; j < seqlen_k; ++j) any = any || visible[i][j];
+    EXPECT_NEAR(sum, any ? 1.0 : 0.0, 1e-12) << "row " << i;
+  }
+}
+
+TEST(CpuReference, CausalMaskBottomRightWithMoreKeys) {
+  expect_pattern(BandMask::from_args(true, -1, -1), 3, 5, {{1, 1, 1, 0, 0}, {1, 1, 1, 1, 0}, {1, 1, 1, 1, 1}});
+}
+
+TEST(CpuReference, CausalMaskBottomRightWithMoreQueriesLeavesEmptyRows) {
+  const BandMask causal = BandMask::from_args(true, -1, -1);
+  expect_pattern(causal, 4, 2, {{0, 0}, {0, 0}, {1, 0}, {1, 1}});
+  HostProblem p = fixed_length_problem(1, 4, 2, 1, 1, 8, 0.5, causal);
+  const ForwardResult r = forward(p, random_values(q_size(p), 3), random_values(k_size(p), 4), random_values(k_size(p), 5));
+  EXPECT_EQ(r.lse[0], -INFINITY);
+  EXPECT_EQ(r.lse[1], -INFINITY);
+  EXPECT_TRUE(std::isfinite(r.lse[2]));
+  for (int d = 0; d < 8; ++d) EXPECT_EQ(r.o[d], 0.0);
+}
+
+TEST(CpuReference, SlidingWindowBottomRight) {
+  // seqlen_q = 3, seqlen_k = 6, shift 3, window (1, 0): query i sees keys i + 2 and i + 3.
+  expect_pattern(BandMask{1, 0}, 3, 6, {{0, 0, 1, 1, 0, 0}, {0, 0, 0, 1, 1, 0}, {0, 0, 0, 0, 1, 1}});
+  // Two-sided window (1, 1) with equal lengths.
+  expect_pattern(BandMask{1, 1}, 4, 4, {{1, 1, 0, 0}, {1, 1, 1, 0}, {0, 1, 1, 1}, {0, 0, 1, 1}});
+  // Left-unbounded, right 1.
+  expect_pattern(BandMask{-1, 1}, 3, 3, {{1, 1, 0}, {1, 1, 1}, {1, 1, 1}});
+}
+
+// Extracts one head (and its kv head) of a single-sequence problem.
+std::vector<double> head_slice(const std::vector<double>& t, int64_t rows, int heads, int head, int d) {
+  std::vector<double> out;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int x = 0; x < d; ++x) out.push_back(t[(r * heads + head) * d + x]);
+  return out;
+}
+
+TEST(CpuReference, GqaMapsQueryHeadsToTheirKvHead) {
+  const int heads = 6, heads_kv = 2, d = 16, sq = 7, sk = 9;
+  HostProblem p = fixed_length_problem(1, sq, sk, heads, heads_kv, d, 0.3, BandMask{});
+  const auto q = random_values(q_size(p), 10), k = random_values(k_size(p), 11), v = random_values(k_size(p), 12);
+  const ForwardResult r = forward(p, q, k, v);
+  HostProblem single = fixed_length_problem(1, sq, sk, 1, 1, d, 0.3, BandMask{});
+  for (int h = 0; h < heads; ++h) {
+    const int hk = h / (heads / heads_kv);
+    const ForwardResult s = forward(single, head_slice(q, sq, heads, h, d), head_slice(k, sk, heads_kv, hk, d),
+                                    head_slice(v, sk, heads_kv, hk, d));
+    const auto o = head_slice(r.o, sq, heads, h, d);
+    for (size_t e = 0; e < o.size(); ++e) ASSERT_EQ(o[e], s.o[e]) << "head " << h;
+  }
+}
+
+TEST(CpuReference, VarlenEqualsSeparateSequencesAndHandlesEmptyOnes) {
+  const int heads = 2, d = 8;
+  HostProblem p;
+  p.heads = p.heads_kv = heads;
+  p.head_dim = d;
+  p.softmax_scale = 0.4;
+  p.mask = BandMask::from_args(true, -1, -1);
+  // Sequence 1 has no queries, sequence 2 has no keys (its queries see nothing).
+  const std::vector<int> lq = {3, 0, 4, 5}, lk = {4, 2, 0, 6};
+  p.cu_seqlens_q = {0, 3, 3, 7, 12};
+  p.cu_seqlens_k = {0, 4, 6, 6, 12};
+  const auto q = random_values(q_size(p), 20), k = random_values(k_size(p), 21), v = random_values(k_size(p), 22);
+  const auto dout = random_values(q_size(p), 23);
+  const ForwardResult r = forward(p, q, k, v);
+  const BackwardResult g = backward(p, q, k, v, dout);
+  for (int b = 0; b < 4; ++b) {
+    HostProblem one = fixed_length_problem(1, lq[b], lk[b], heads, heads, d, 0.4, p.mask);
+    auto rows = [&](const std::vector<double>& t, int first, int n) {
+      return std::vector<double>(t.begin() + size_t(first) * heads * d, t.begin() + size_t(first + n) * heads * d);
+    };
+    const auto qb = rows(q, p.cu_seqlens_q[b], lq[b]), kb = rows(k, p.cu_seqlens_k[b], lk[b]);
+    const auto vb = rows(v, p.cu_seqlens_k[b], lk[b]), dob = rows(dout, p.cu_seqlens_q[b], lq[b]);
+    const ForwardResult rb = forward(one, qb, kb, vb);
+    const BackwardResult gb = backward(one, qb, kb, vb, dob);
+    EXPECT_EQ(rows(r.o, p.cu_seqlens_q[b], lq[b]), rb.o) << "sequence " << b;
+    EXPECT_EQ(rows(g.dq, p.cu_seqlens_q[b], lq[b]), gb.dq) << "sequence " << b;
+    EXPECT_EQ(rows(g.dk, p.cu_seqlens_k[b], lk[b]), gb.dk) << "sequence " << b;
+    EXPECT_EQ(rows(g.dv, p.cu_seqlens_k[b], lk[b]), gb.dv) << "sequence " << b;
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < lq[b]; ++i) EXPECT_EQ(r.lse[h * p.total_q() + p.cu_seqlens_q[b] + i], rb.lse[h * lq[b] + i]);
+  }
+  // Sequence 2 sees no keys: O = 0, LSE = -inf, dQ = 0.
+  for (int e = 3 * heads * d; e < 7 * heads * d; ++e) {
+    EXPECT_EQ(r.o[e], 0.0);
+    EXPECT_EQ(g.dq[e], 0.0);
+  }
+  EXPECT_EQ(r.lse[3], -INFINITY);
+}
+
+TEST(CpuReference, SequsedRowsAreRealAndTheRestUntouched) {
+  HostProblem p;
+  p.heads = p.heads_kv = 1;
+  p.head_dim = 8;
+  p.softmax_scale = 0.3;
+  p.cu_seqlens_q = {0, 6};
+  p.cu_seqlens_k = {0, 8};
+  p.seqused_q = {4};
+  p.seqused_k = {5};
+  const auto q = random_values(q_size(p), 30), k = random_values(k_size(p), 31), v = random_values(k_size(p), 32);
+  const auto dout = random_values(q_size(p), 33);
+  const ForwardResult r = forward(p, q, k, v);
+  const BackwardResult g = backward(p, q, k, v, dout);
+  HostProblem truncated = fixed_length_problem(1, 4, 5, 1, 1, 8, 0.3, BandMask{});
+  const auto head = [](const std::vector<double>& t, int n) { return std::vector<double>(t.begin(), t.begin() + n * 8); };
+  const ForwardResult rt = forward(truncated, head(q, 4), head(k, 5), head(v, 5));
+  const BackwardResult gt = backward(truncated, head(q, 4), head(k, 5), head(v, 5), head(dout, 4));
+  EXPECT_EQ(head(r.o, 4), rt.o);
+  EXPECT_EQ(head(g.dk, 5), gt.dk);
+  for (int e = 4 * 8; e < 6 * 8; ++e) EXPECT_TRUE(std::isnan(r.o[e]) && std::isnan(g.dq[e]));
+  for (int e = 5 * 8; e < 8 * 8; ++e) EXPECT_TRUE(std::isnan(g.dk[e]) && std::isnan(g.dv[e]));
+  EXPECT_TRUE(std::isnan(r.lse[5]));
+}
+
+// Gradients of L = sum(O * G) against central finite differences.
+struct GradCase {
+  const char* name;
+  int batch, seqlen_q, seqlen_k, heads, heads_kv;
+  BandMask mask;
+};
+
+class CpuReferenceGradients : public ::testing::TestWithParam<GradCase> {};
+
+TEST_P(CpuReferenceGradients, MatchFiniteDifferences) {
+  const GradCase c = GetParam();
+  const int d = 8;
+  HostProblem p = fixed_length_problem(c.batch, c.seqlen_q, c.seqlen_k, c.heads, c.heads_kv, d, 0.35, c.mask);
+  std::vector<double> q = random_values(q_size(p), 40), k = random_values(k_size(p), 41);
+  std::vector<double> v = random_values(k_size(p), 42);
+  const auto dout = random_values(q_size(p), 43);
+  const BackwardResult g = backward(p, q, k, v, dout);
+  auto loss = [&] {
+    const ForwardResult r = forward(p, q, k, v);
+    double l = 0;
+    for (size_t e = 0; e < r.o.size(); ++e) l += r.o[e] * dout[e];
+    return l;
+  };
+  const double h = 1e-5;
+  std::mt19937 rng(7);
+  for (auto [tensor, grad, name] : {std::tuple{&q, &g.dq, "dq"}, {&k, &g.dk, "dk"}, {&v, &g.dv, "dv"}}) {
+    for (int sample = 0; sample < 24; ++sample) {
+      const size_t e = std::uniform_int_distribution<size_t>(0, tensor->size() - 1)(rng);
+      const double saved = (*tensor)[e];
+      (*tensor)[e] = saved + h;
+      const double up = loss();
+      (*tensor)[e] = saved - h;
+      const double down = loss();
+      (*tensor)[e] = saved;
+      EXPECT_NEAR((*grad)[e], (up - down) / (2 * h), 1e-7) << c.name << " " << name << "[" << e << "]";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Masks, CpuReferenceGradients,
+    ::testing::Values(GradCase{"full", 2, 5, 7, 2, 2, BandMask{}},
+                      GradCase{"causal_more_keys", 1, 5, 9, 2, 1, BandMask::from_args(true, -1, -1)},
+                      GradCase{"causal_more_queries", 1, 9, 4, 2, 2, BandMask::from_args(true, -1, -1)},
+                      GradCase{"window", 2, 8, 8, 4, 2, BandMask{2, 1}},
+                      GradCase{"gqa_local", 1, 6, 10, 4, 1, BandMask::from_args(true, 3, -1)}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(CpuReference, RoundingEmulationRoundsToTheDtype) {
+  EXPECT_EQ(round_to(Rounding::kNone, 1.0 + 1e-9), 1.0 + 1e-9);
+  EXPECT_EQ(round_to(Rounding::kBFloat16, 1.0 + 1.0 / 512), 1.0);        // below half an ulp (2^-7)
+  EXPECT_EQ(round_to(Rounding::kFloat16, 1.0 + 1.0 / 512), 1.0 + 1.0 / 512);  // fp16 ulp is 2^-10
+}
+
+}  // namespace
+}  // namespace hopattn::cpu_reference

@@ -1,0 +1,277 @@
+// Every bad input gets a clear error naming the argument and the rule, through the public API,
+// before anything touches the device. Valid inputs are checked through the internal validator,
+// since the public call would go on to launch with the fake pointers used here.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "api/device.hpp"
+#include "api/validate.hpp"
+#include "hopattn/hopattn.hpp"
+
+namespace hopattn {
+namespace {
+
+// Distinct, 16-byte aligned addresses that are never dereferenced.
+void* fake(uintptr_t slot) { return reinterpret_cast<void*>(0x100000 + slot * 0x10000); }
+
+constexpr int kBatch = 2, kSeqQ = 64, kSeqK = 96, kHeads = 8, kHeadsKv = 2, kDim = 128;
+
+ForwardArgs valid_forward() {
+  ForwardArgs a;
+  a.q = make_tensor(fake(1), DType::kBFloat16, {kBatch, kSeqQ, kHeads, kDim});
+  a.k = make_tensor(fake(2), DType::kBFloat16, {kBatch, kSeqK, kHeadsKv, kDim});
+  a.v = make_tensor(fake(3), DType::kBFloat16, {kBatch, kSeqK, kHeadsKv, kDim});
+  a.o = make_tensor(fake(4), DType::kBFloat16, {kBatch, kSeqQ, kHeads, kDim});
+  a.lse = make_tensor(fake(5), DType::kFloat32, {kBatch, kHeads, kSeqQ});
+  return a;
+}
+
+BackwardArgs valid_backward() {
+  const ForwardArgs f = valid_forward();
+  BackwardArgs a;
+  a.q = f.q;
+  a.k = f.k;
+  a.v = f.v;
+  a.o = f.o;
+  a.lse = f.lse;
+  a.dout = make_tensor(fake(6), DType::kBFloat16, {kBatch, kSeqQ, kHeads, kDim});
+  a.dq = make_tensor(fake(7), DType::kBFloat16, {kBatch, kSeqQ, kHeads, kDim});
+  a.dk = make_tensor(fake(8), DType::kBFloat16, {kBatch, kSeqK, kHeadsKv, kDim});
+  a.dv = make_tensor(fake(9), DType::kBFloat16, {kBatch, kSeqK, kHeadsKv, kDim});
+  return a;
+}
+
+// Varlen: 3 sequences packed into 100 query and 150 key tokens.
+ForwardArgs valid_varlen_forward() {
+  ForwardArgs a;
+  a.q = make_tensor(fake(1), DType::kFloat16, {100, kHeads, kDim});
+  a.k = make_tensor(fake(2), DType::kFloat16, {150, kHeadsKv, kDim});
+  a.v = make_tensor(fake(3), DType::kFloat16, {150, kHeadsKv, kDim});
+  a.o = make_tensor(fake(4), DType::kFloat16, {100, kHeads, kDim});
+  a.lse = make_tensor(fake(5), DType::kFloat32, {kHeads, 100});
+  a.varlen.cu_seqlens_q = IntArray{static_cast<const int32_t*>(fake(10)), 4};
+  a.varlen.cu_seqlens_k = IntArray{static_cast<const int32_t*>(fake(11)), 4};
+  a.varlen.max_seqlen_q = 60;
+  a.varlen.max_seqlen_k = 80;
+  return a;
+}
+
+void expect_invalid(const Status& s, const std::string& fragment) {
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
+  EXPECT_NE(s.message().find(fragment), std::string::npos) << "message: " << s.message() << "\nexpected: " << fragment;
+}
+
+void expect_forward_invalid(const std::function<void(ForwardArgs&)>& mutate, const std::string& fragment,
+                            ForwardArgs (*make)() = valid_forward) {
+  ForwardArgs a = make();
+  mutate(a);
+  expect_invalid(forward(a, nullptr), fragment);
+}
+
+void expect_backward_invalid(const std::function<void(BackwardArgs&)>& mutate, const std::string& fragment) {
+  BackwardArgs a = valid_backward();
+  mutate(a);
+  expect_invalid(backward(a, Workspace{fake(20), size_t{1} << 30}, nullptr), fragment);
+  size_t bytes = 0;
+  expect_invalid(backward_workspace_size(a, &bytes), fragment);
+}
+
+TEST(Validation, AcceptsValidArgumentsAndResolvesTheProblem) {
+  Problem p;
+  ForwardTensors t;
+  ASSERT_TRUE(validate_forward(valid_forward(), &p, &t).ok());
+  EXPECT_EQ(p.batch, kBatch);
+  EXPECT_EQ(p.heads, kHeads);
+  EXPECT_EQ(p.heads_kv, kHeadsKv);
+  EXPECT_EQ(p.head_dim, kDim);
+  EXPECT_EQ(p.max_seqlen_q, kSeqQ);
+  EXPECT_EQ(p.max_seqlen_k, kSeqK);
+  EXPECT_FLOAT_EQ(p.softmax_scale, 1.0f / std::sqrt(float(kDim)));
+  EXPECT_EQ(t.q.row_stride, kHeads * kDim);
+  EXPECT_EQ(t.lse.head_stride, kSeqQ);
+
+  BackwardTensors bt;
+  EXPECT_TRUE(validate_backward(valid_backward(), &p, &bt).ok());
+
+  ForwardArgs v = valid_varlen_forward();
+  ASSERT_TRUE(validate_forward(v, &p, &t).ok());
+  EXPECT_EQ(p.batch, 3);
+  EXPECT_TRUE(p.varlen());
+  EXPECT_EQ(t.q.batch_stride, 0);
+  EXPECT_EQ(t.lse.row_stride, 1);
+}
+
+TEST(Validation, CausalWithLeftWindowIsLocalAndCausalRightMinusOneIsCausal) {
+  Problem p;
+  ForwardTensors t;
+  ForwardArgs a = valid_forward();
+  a.mask = Mask{true, 32, -1};
+  ASSERT_TRUE(validate_forward(a, &p, &t).ok());
+  EXPECT_EQ(p.mask.left, 32);
+  EXPECT_EQ(p.mask.right, 0);
+  a.mask = Mask{true, -1, 0};
+  ASSERT_TRUE(validate_forward(a, &p, &t).ok());
+  EXPECT_EQ(p.mask.right, 0);
+}
+
+TEST(Validation, NullPointers) {
+  expect_forward_invalid([](ForwardArgs& a) { a.q.data = nullptr; }, "q.data is null");
+  expect_forward_invalid([](ForwardArgs& a) { a.k.data = nullptr; }, "k.data is null");
+  expect_forward_invalid([](ForwardArgs& a) { a.v.data = nullptr; }, "v.data is null");
+  expect_forward_invalid([](ForwardArgs& a) { a.o.data = nullptr; }, "o.data is null");
+  expect_backward_invalid([](BackwardArgs& a) { a.lse.data = nullptr; }, "lse.data is null");
+  expect_backward_invalid([](BackwardArgs& a) { a.dout.data = nullptr; }, "dout.data is null");
+  expect_backward_invalid([](BackwardArgs& a) { a.dq.data = nullptr; }, "dq.data is null");
+  expect_backward_invalid([](BackwardArgs& a) { a.dk.data = nullptr; }, "dk.data is null");
+  expect_backward_invalid([](BackwardArgs& a) { a.dv.data = nullptr; }, "dv.data is null");
+}
+
+TEST(Validation, MisalignedPointers) {
+  auto shift = [](Tensor& t, int bytes) { t.data = static_cast<char*>(t.data) + bytes; };
+  expect_forward_invalid([&](ForwardArgs& a) { shift(a.q, 2); }, "q.data = ");
+  expect_forward_invalid([&](ForwardArgs& a) { shift(a.v, 8); }, "is not 16-byte aligned");
+  expect_backward_invalid([&](BackwardArgs& a) { shift(a.dk, 4); }, "dk.data");
+  expect_forward_invalid([&](ForwardArgs& a) { shift(a.lse, 2); }, "is not 4-byte aligned");
+}
+
+TEST(Validation, Strides) {
+  expect_forward_invalid([](ForwardArgs& a) { a.q.stride[1] = kHeads * kDim + 4; }, "q.stride[1] is 1028 but must be a multiple of 8");
+  expect_forward_invalid([](ForwardArgs& a) { a.k.stride[3] = 2; }, "k.stride[3] is 2 but the last dimension must be contiguous");
+  expect_backward_invalid([](BackwardArgs& a) { a.dout.stride[2] = 12; }, "dout.stride[2] is 12");
+  expect_forward_invalid([](ForwardArgs& a) { a.o.stride[0] = -8; }, "o.stride[0] is -8 but must not be negative");
+  expect_forward_invalid([](ForwardArgs& a) { a.lse.stride[2] = 2; }, "lse.stride[2] is 2");
+  // A stride of a size-1 dimension is never used, so anything goes there.
+  ForwardArgs a = valid_forward();
+  a.q = make_tensor(fake(1), DType::kBFloat16, {kBatch, kSeqQ, 1, kDim}, {kSeqQ * kDim, kDim, 3, 1});
+  a.o = a.q;
+  a.o.data = fake(4);
+  a.k.shape[2] = a.v.shape[2] = 1;
+  a.lse = make_tensor(fake(5), DType::kFloat32, {kBatch, 1, kSeqQ});
+  Problem p;
+  ForwardTensors t;
+  EXPECT_TRUE(validate_forward(a, &p, &t).ok()) << validate_forward(a, &p, &t).message();
+}
+
+TEST(Validation, DTypes) {
+  expect_forward_invalid([](ForwardArgs& a) { a.k.dtype = DType::kFloat16; }, "k.dtype is float16 but must be bfloat16");
+  expect_forward_invalid([](ForwardArgs& a) { a.q.dtype = a.k.dtype = a.v.dtype = a.o.dtype = DType::kFloat32; },
+                         "q.dtype is float32 but must be float16 or bfloat16");
+  expect_forward_invalid([](ForwardArgs& a) { a.lse.dtype = DType::kBFloat16; }, "lse.dtype is bfloat16 but must be float32");
+  expect_backward_invalid([](BackwardArgs& a) { a.dv.dtype = DType::kFloat16; }, "dv.dtype is float16");
+  expect_forward_invalid([](ForwardArgs& a) { a.q.dtype = static_cast<DType>(7); }, "q.dtype is unknown dtype");
+}
+
+TEST(Validation, HeadDim) {
+  auto set_dim = [](ForwardArgs& a, int d) {
+    for (Tensor* t : {&a.q, &a.k, &a.v, &a.o}) {
+      t->shape[3] = d;
+      t->stride[2] = d;
+      t->stride[1] = int64_t{d} * t->shape[2];
+      t->stride[0] = t->stride[1] * t->shape[1];
+    }
+  };
+  expect_forward_invalid([&](ForwardArgs& a) { set_dim(a, 12); }, "head_dim (q.shape[3]) is 12 but must be a multiple of 8");
+  expect_forward_invalid([&](ForwardArgs& a) { set_dim(a, 264); }, "is 264 but must be a multiple of 8 in [8, 256]");
+  expect_forward_invalid([&](ForwardArgs& a) { set_dim(a, 0); }, "is 0 but must be");
+  expect_forward_invalid([](ForwardArgs& a) { a.k.shape[3] = a.v.shape[3] = 64; }, "k.shape[3] is 64 but must be 128");
+}
+
+TEST(Validation, Heads) {
+  expect_forward_invalid([](ForwardArgs& a) { a.k.shape[2] = a.v.shape[2] = 3; }, "heads (8) must be a multiple of heads_kv (3)");
+  expect_forward_invalid([](ForwardArgs& a) { a.k.shape[2] = a.v.shape[2] = 0; }, "heads_kv (k.shape[2]) is 0");
+  expect_forward_invalid([](ForwardArgs& a) { a.v.shape[2] = 4; }, "v.shape[2] is 4 but must be 2");
+}
+
+TEST(Validation, NegativeAndMismatchedSizes) {
+  expect_forward_invalid([](ForwardArgs& a) { a.q.shape[1] = -5; }, "q.shape[1] (seqlen_q) is -5 but must not be negative");
+  expect_forward_invalid([](ForwardArgs& a) { a.k.shape[0] = -1; }, "k.shape[0] (batch) is -1");
+  expect_forward_invalid([](ForwardArgs& a) { a.k.shape[0] = a.v.shape[0] = 3; }, "k.shape[0] (batch) is 3 but must equal");
+  expect_forward_invalid([](ForwardArgs& a) { a.o.shape[1] = 65; }, "o.shape[1] is 65 but must be 64");
+  expect_forward_invalid([](ForwardArgs& a) { a.lse.shape[2] = 63; }, "lse.shape[2] is 63 but must be 64");
+  expect_forward_invalid([](ForwardArgs& a) { a.q.rank = 3; }, "q.rank is 3 but must be 4");
+  expect_forward_invalid(
+      [](ForwardArgs& a) { a.q = make_tensor(fake(1), DType::kBFloat16, {1, kBatch, kSeqQ, kHeads, kDim}); },
+      "q.rank is 5 but must be 4");
+}
+
+TEST(Validation, MaskAndScale) {
+  expect_forward_invalid([](ForwardArgs& a) { a.mask.window_left = -2; }, "mask.window_left is -2 but must be >= -1");
+  expect_forward_invalid([](ForwardArgs& a) { a.mask.window_right = -7; }, "mask.window_right is -7");
+  expect_forward_invalid([](ForwardArgs& a) { a.mask = Mask{true, -1, 4}; }, "mask.causal is set with mask.window_right = 4");
+  expect_forward_invalid([](ForwardArgs& a) { a.softmax_scale = NAN; }, "softmax_scale is nan but must be finite");
+  expect_forward_invalid([](ForwardArgs& a) { a.softmax_scale = INFINITY; }, "softmax_scale is inf");
+}
+
+TEST(Validation, Varlen) {
+  auto varlen = valid_varlen_forward;
+  expect_forward_invalid([](ForwardArgs& a) { a.varlen.cu_seqlens_k = {}; },
+                         "varlen.cu_seqlens_k is missing: varlen mode needs both", varlen);
+  expect_forward_invalid([](ForwardArgs& a) { a.varlen.cu_seqlens_q = {}; }, "varlen.cu_seqlens_q is missing", varlen);
+  expect_forward_invalid([](ForwardArgs& a) { a.varlen.cu_seqlens_k.size = 5; },
+                         "varlen.cu_seqlens_k.size is 5 but must be 4", varlen);
+  expect_forward_invalid([](ForwardArgs& a) { a.varlen.cu_seqlens_q.size = 0; },
+                         "varlen.cu_seqlens_q.size is 0 but must be batch + 1 >= 1", varlen);
+  expect_forward_invalid(
+      [](ForwardArgs& a) { a.varlen.seqused_k = IntArray{static_cast<const int32_t*>(fake(12)), 4}; },
+      "varlen.seqused_k.size is 4 but must be 3", varlen);
+  expect_forward_invalid([](ForwardArgs& a) { a.varlen.max_seqlen_q = -1; }, "varlen.max_seqlen_q is -1", varlen);
+  expect_forward_invalid(
+      [](ForwardArgs& a) { a.varlen.cu_seqlens_q.data = static_cast<const int32_t*>(static_cast<void*>(static_cast<char*>(fake(10)) + 2)); },
+      "varlen.cu_seqlens_q.data", varlen);
+  // seqused needs varlen.
+  expect_forward_invalid(
+      [](ForwardArgs& a) { a.varlen.seqused_q = IntArray{static_cast<const int32_t*>(fake(12)), kBatch}; },
+      "varlen.seqused_q is given without varlen.cu_seqlens_q/cu_seqlens_k");
+  // Varlen tensors are (tokens, heads, head_dim).
+  expect_forward_invalid([](ForwardArgs& a) { a.q = valid_forward().q; }, "q.rank is 4 but must be 3", varlen);
+  expect_forward_invalid([](ForwardArgs& a) { a.lse = make_tensor(fake(5), DType::kFloat32, {100, kHeads}); },
+                         "lse.shape[0] is 100 but must be 8", varlen);
+}
+
+TEST(Validation, Workspace) {
+  BackwardArgs a = valid_backward();
+  size_t bytes = 0;
+  ASSERT_TRUE(backward_workspace_size(a, &bytes).ok());
+  EXPECT_GT(bytes, 0u);
+  expect_invalid(backward(a, Workspace{}, nullptr), "workspace.data is null but this backward needs");
+  expect_invalid(backward(a, Workspace{fake(20), bytes - 1}, nullptr), "workspace.bytes is");
+  expect_invalid(backward(a, Workspace{static_cast<char*>(fake(20)) + 8, bytes}, nullptr),
+                 "workspace.data = ");
+  expect_invalid(backward_workspace_size(a, nullptr), "bytes is null");
+}
+
+TEST(Validation, ZeroSizeProblemsAreValid) {
+  Problem p;
+  ForwardTensors t;
+  ForwardArgs a = valid_forward();
+  for (Tensor* x : {&a.q, &a.k, &a.v, &a.o, &a.lse}) {
+    x->shape[0] = 0;
+    x->data = nullptr;  // frameworks hand out null for empty tensors
+  }
+  EXPECT_TRUE(validate_forward(a, &p, &t).ok()) << validate_forward(a, &p, &t).message();
+
+  a = valid_forward();
+  a.k.shape[1] = a.v.shape[1] = 0;  // seqlen_k = 0: O = 0, LSE = -inf
+  EXPECT_TRUE(validate_forward(a, &p, &t).ok());
+  a = valid_forward();
+  a.q.shape[1] = a.o.shape[1] = a.lse.shape[2] = 0;
+  EXPECT_TRUE(validate_forward(a, &p, &t).ok());
+}
+
+TEST(Validation, NoHopperDeviceGivesAClearError) {
+  if (check_current_device().ok()) GTEST_SKIP() << "an sm_90 GPU is present; this test covers machines without one";
+  const Status s = forward(valid_forward(), nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kDeviceUnavailable);
+  EXPECT_NE(s.message().find("Hopper"), std::string::npos) << s.message();
+  BackwardArgs b = valid_backward();
+  size_t bytes = 0;
+  ASSERT_TRUE(backward_workspace_size(b, &bytes).ok());
+  EXPECT_EQ(backward(b, Workspace{fake(20), bytes}, nullptr).code(), StatusCode::kDeviceUnavailable);
+}
+
+}  // namespace
+}  // namespace hopattn
