@@ -9,6 +9,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "git_commit.hpp"
+
 namespace hopattn::bench {
 namespace {
 

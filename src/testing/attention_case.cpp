@@ -94,36 +94,37 @@ AttentionCase::AttentionCase(const CaseSpec& spec) : spec_(spec) {
   dout_bits_ = random_bits(spec.dtype, q_elems, rng);
 
   // Scatter the packed rows into the (possibly padded) device rows; padding holds poison.
-  auto upload_rows = [&](const std::vector<uint16_t>& bits, int64_t rows, int heads) {
-    DeviceBuffer buffer(row_buffer_bytes(rows, heads));
-    const int64_t stride = heads == spec.heads ? row_stride_q_ : row_stride_k_;
-    const int64_t row_elems = int64_t{heads} * spec.head_dim;
+  auto upload_rows = [&](const std::vector<uint16_t>& bits, Side side) {
+    DeviceBuffer buffer(row_buffer_bytes(side));
+    const int64_t stride = row_stride(side);
+    const int64_t row_elems = int64_t{heads(side)} * spec.head_dim;
     std::vector<uint16_t> staged(buffer.bytes() / sizeof(uint16_t), kPoison16);
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = 0; r < rows(side); ++r) {
       std::memcpy(&staged[r * stride], &bits[r * row_elems], row_elems * sizeof(uint16_t));
     }
     if (!staged.empty()) buffer.upload(staged.data(), buffer.bytes());
     return buffer;
   };
-  q_ = upload_rows(q_bits_, host_.total_q(), spec.heads);
-  k_ = upload_rows(k_bits_, host_.total_k(), spec.heads_kv);
-  v_ = upload_rows(v_bits_, host_.total_k(), spec.heads_kv);
-  dout_ = upload_rows(dout_bits_, host_.total_q(), spec.heads);
+  q_ = upload_rows(q_bits_, Side::kQuery);
+  k_ = upload_rows(k_bits_, Side::kKey);
+  v_ = upload_rows(v_bits_, Side::kKey);
+  dout_ = upload_rows(dout_bits_, Side::kQuery);
 }
 
-size_t AttentionCase::row_buffer_bytes(int64_t rows, int heads) const {
-  const int64_t stride = heads == spec_.heads ? row_stride_q_ : row_stride_k_;
-  return size_t(rows * stride) * sizeof(uint16_t);
-}
+int64_t AttentionCase::rows(Side side) const { return side == Side::kQuery ? host_.total_q() : host_.total_k(); }
+int AttentionCase::heads(Side side) const { return side == Side::kQuery ? spec_.heads : spec_.heads_kv; }
+int64_t AttentionCase::row_stride(Side side) const { return side == Side::kQuery ? row_stride_q_ : row_stride_k_; }
+
+size_t AttentionCase::row_buffer_bytes(Side side) const { return size_t(rows(side) * row_stride(side)) * sizeof(uint16_t); }
 
 size_t AttentionCase::input_bytes() const { return q_.bytes() + k_.bytes() + v_.bytes() + dout_.bytes(); }
 
-Tensor AttentionCase::row_tensor(void* data, int64_t rows, int heads) const {
-  const int64_t stride = heads == spec_.heads ? row_stride_q_ : row_stride_k_;
+Tensor AttentionCase::row_tensor(void* data, Side side) const {
+  const int64_t stride = row_stride(side);
   const int d = spec_.head_dim;
-  if (spec_.varlen()) return make_tensor(data, spec_.dtype, {rows, heads, d}, {stride, d, 1});
-  const int seqlen = heads == spec_.heads ? spec_.seqlen_q : spec_.seqlen_k;
-  return make_tensor(data, spec_.dtype, {spec_.batch, seqlen, heads, d}, {seqlen * stride, stride, d, 1});
+  if (spec_.varlen()) return make_tensor(data, spec_.dtype, {rows(side), heads(side), d}, {stride, d, 1});
+  const int seqlen = side == Side::kQuery ? spec_.seqlen_q : spec_.seqlen_k;
+  return make_tensor(data, spec_.dtype, {spec_.batch, seqlen, heads(side), d}, {seqlen * stride, stride, d, 1});
 }
 
 Tensor AttentionCase::lse_tensor(void* data) const {
@@ -149,21 +150,21 @@ Varlen AttentionCase::varlen_args() const {
 
 Outputs AttentionCase::new_outputs() const {
   Outputs out;
-  out.o = DeviceBuffer(row_buffer_bytes(host_.total_q(), spec_.heads));
+  out.o = DeviceBuffer(row_buffer_bytes(Side::kQuery));
   out.lse = DeviceBuffer(size_t(host_.total_q()) * spec_.heads * sizeof(float));
-  out.dq = DeviceBuffer(row_buffer_bytes(host_.total_q(), spec_.heads));
-  out.dk = DeviceBuffer(row_buffer_bytes(host_.total_k(), spec_.heads_kv));
-  out.dv = DeviceBuffer(row_buffer_bytes(host_.total_k(), spec_.heads_kv));
+  out.dq = DeviceBuffer(row_buffer_bytes(Side::kQuery));
+  out.dk = DeviceBuffer(row_buffer_bytes(Side::kKey));
+  out.dv = DeviceBuffer(row_buffer_bytes(Side::kKey));
   for (DeviceBuffer* b : {&out.o, &out.lse, &out.dq, &out.dk, &out.dv}) b->fill_bytes(0xFF);
   return out;
 }
 
 ForwardArgs AttentionCase::forward_args(const Outputs& out) const {
   ForwardArgs a;
-  a.q = row_tensor(q_.data(), host_.total_q(), spec_.heads);
-  a.k = row_tensor(k_.data(), host_.total_k(), spec_.heads_kv);
-  a.v = row_tensor(v_.data(), host_.total_k(), spec_.heads_kv);
-  a.o = row_tensor(out.o.data(), host_.total_q(), spec_.heads);
+  a.q = row_tensor(q_.data(), Side::kQuery);
+  a.k = row_tensor(k_.data(), Side::kKey);
+  a.v = row_tensor(v_.data(), Side::kKey);
+  a.o = row_tensor(out.o.data(), Side::kQuery);
   a.lse = lse_tensor(out.lse.data());
   a.softmax_scale = spec_.softmax_scale;
   a.mask = Mask{spec_.causal, spec_.window_left, spec_.window_right};
@@ -179,10 +180,10 @@ BackwardArgs AttentionCase::backward_args(const Outputs& forward, const Outputs&
   a.v = f.v;
   a.o = f.o;
   a.lse = f.lse;
-  a.dout = row_tensor(dout_.data(), host_.total_q(), spec_.heads);
-  a.dq = row_tensor(grads.dq.data(), host_.total_q(), spec_.heads);
-  a.dk = row_tensor(grads.dk.data(), host_.total_k(), spec_.heads_kv);
-  a.dv = row_tensor(grads.dv.data(), host_.total_k(), spec_.heads_kv);
+  a.dout = row_tensor(dout_.data(), Side::kQuery);
+  a.dq = row_tensor(grads.dq.data(), Side::kQuery);
+  a.dk = row_tensor(grads.dk.data(), Side::kKey);
+  a.dv = row_tensor(grads.dv.data(), Side::kKey);
   a.softmax_scale = f.softmax_scale;
   a.mask = f.mask;
   a.varlen = f.varlen;
@@ -234,16 +235,15 @@ Downloaded AttentionCase::download(const Outputs& out, Field field) const {
     case Field::kDv: buffer = &out.dv; break;
     default: throw std::invalid_argument("download(): not an output field");
   }
-  const bool q_like = field == Field::kO || field == Field::kDq;
-  const int heads = q_like ? spec_.heads : spec_.heads_kv;
-  const int64_t rows = q_like ? host_.total_q() : host_.total_k();
-  const int64_t stride = q_like ? row_stride_q_ : row_stride_k_;
-  const int64_t row_elems = int64_t{heads} * spec_.head_dim;
+  const Side side = field == Field::kO || field == Field::kDq ? Side::kQuery : Side::kKey;
+  const int64_t n_rows = rows(side);
+  const int64_t stride = row_stride(side);
+  const int64_t row_elems = int64_t{heads(side)} * spec_.head_dim;
   std::vector<uint16_t> raw(buffer->bytes() / sizeof(uint16_t));
   if (!raw.empty()) buffer->download(raw.data(), buffer->bytes());
-  d.values.resize(size_t(rows * row_elems));
+  d.values.resize(size_t(n_rows * row_elems));
   d.untouched.resize(d.values.size());
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int64_t r = 0; r < n_rows; ++r) {
     for (int64_t e = 0; e < row_elems; ++e) {
       const uint16_t bits = raw[r * stride + e];
       d.untouched[r * row_elems + e] = bits == kPoison16;

@@ -70,9 +70,13 @@ class AttentionCase {
   size_t input_bytes() const;
 
  private:
-  Tensor row_tensor(void* data, int64_t rows, int heads) const;
+  enum class Side { kQuery, kKey };  // Q/O/dO/dQ rows or K/V/dK/dV rows
+  Tensor row_tensor(void* data, Side side) const;
   Tensor lse_tensor(void* data) const;
-  size_t row_buffer_bytes(int64_t rows, int heads) const;
+  int64_t rows(Side side) const;
+  int heads(Side side) const;
+  int64_t row_stride(Side side) const;
+  size_t row_buffer_bytes(Side side) const;
   Varlen varlen_args() const;
 
   CaseSpec spec_;

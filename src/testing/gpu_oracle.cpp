@@ -32,6 +32,7 @@ ReferenceRun run_reference(const AttentionCase& c, const Outputs& api_forward, R
     DeviceBuffer workspace(reference_backward_workspace_bytes(problem, precision));
     check_cuda(reference_backward(problem, backward_tensors, workspace.data(), precision, nullptr),
                "oracle backward");
+    check_cuda(cudaDeviceSynchronize(), "oracle backward");  // before the workspace is freed
   }
   check_cuda(cudaDeviceSynchronize(), "oracle");
   return run;

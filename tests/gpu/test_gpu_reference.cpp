@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <iostream>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -31,7 +32,11 @@ class Gpu : public ::testing::Test {
 
 void sync() { check_cuda(cudaDeviceSynchronize(), "kernel"); }
 
-void expect_ok(const ErrorReport& r) { EXPECT_TRUE(r.ok) << r.str(); }
+// Every report is printed, so a run's log shows how much margin each output has.
+void expect_ok(const ErrorReport& r) {
+  std::cout << "    " << r.str() << "\n";
+  EXPECT_TRUE(r.ok) << r.str();
+}
 
 void run_forward(const AttentionCase& c, const Outputs& out) {
   const Status s = forward(c.forward_args(out), nullptr);

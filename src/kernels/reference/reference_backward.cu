@@ -16,7 +16,7 @@ constexpr size_t kWorkspaceAlignment = 16;
 struct BackwardParams {
   Problem problem;
   BackwardTensors tensors;
-  void* row_dot;  // D: (heads, total_q) of Acc
+  void* row_dot;  // D: (heads, token) of Acc
   bool round_to_input;
 };
 
@@ -48,37 +48,36 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_dq_kernel(const Ba
   const long long warps = static_cast<long long>(gridDim.x) * kWarpsPerBlock;
   const long long work = p.total_q() * p.heads;
   for (long long w = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize; w < work; w += warps) {
-    const long long row = w % p.total_q();
-    const int head = static_cast<int>(w / p.total_q());
-    const RowLocation q_at = locate_row(p.queries, p.batch, row);
+    const RowLocation q_at = locate_token(p.queries, p.batch, w % p.total_q());
     if (!q_at.real) continue;
+    const int head = static_cast<int>(w / p.total_q());
     const int b = q_at.batch;
     const int head_kv = head / (p.heads / p.heads_kv);
 
     WarpRow<Acc> q, dout, o;
-    q.load(row_pointer<const T>(t.q, b, row, head), p.head_dim, lane);
-    dout.load(row_pointer<const T>(t.dout, b, row, head), p.head_dim, lane);
-    o.load(row_pointer<const T>(t.o, b, row, head), p.head_dim, lane);
+    q.load(row_pointer<const T>(t.q, q_at, head), p.head_dim, lane);
+    dout.load(row_pointer<const T>(t.dout, q_at, head), p.head_dim, lane);
+    o.load(row_pointer<const T>(t.o, q_at, head), p.head_dim, lane);
     Acc row_dot = 0;
 #pragma unroll
     for (int c = 0; c < kElemsPerLane; ++c) row_dot += dout.x[c] * o.x[c];
     row_dot = warp_sum(row_dot);
-    if (lane == 0) static_cast<Acc*>(params.row_dot)[head * p.total_q() + row] = row_dot;
+    if (lane == 0) static_cast<Acc*>(params.row_dot)[head * p.total_q() + q_at.token] = row_dot;
 
-    const Acc lse = *row_pointer<const float>(t.lse, b, row, head);
+    const Acc lse = *row_pointer<const float>(t.lse, q_at, head);
     const int seqlen_q = p.queries.sequence(b).length;
     const int seqlen_k = p.keys.sequence(b).length;
     const BlockRange keys = n_block_range(p.mask, q_at.index, 1, 1, seqlen_q, seqlen_k);
     WarpRow<Acc> dq;
     dq.zero();
     for (int j = keys.begin; j < keys.end; ++j) {
-      const long long key_row = packed_row(p.keys, b, j);
-      const T* k = row_pointer<const T>(t.k, b, key_row, head_kv);
-      const T* v = row_pointer<const T>(t.v, b, key_row, head_kv);
+      const RowLocation k_at = at_position(p.keys, b, j);
+      const T* k = row_pointer<const T>(t.k, k_at, head_kv);
+      const T* v = row_pointer<const T>(t.v, k_at, head_kv);
       const PairGradients<Acc> g = pair_gradients<T, Acc>(params, q, dout, k, v, lse, row_dot, lane);
       dq.axpy(g.dscore, k, p.head_dim, lane);
     }
-    dq.store(row_pointer<T>(t.dq, b, row, head), p.head_dim, lane, static_cast<Acc>(p.softmax_scale));
+    dq.store(row_pointer<T>(t.dq, q_at, head), p.head_dim, lane, static_cast<Acc>(p.softmax_scale));
   }
 }
 
@@ -91,13 +90,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_dkdv_kernel(const 
   const long long work = p.total_k() * p.heads_kv;
   const int group = p.heads / p.heads_kv;
   for (long long w = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize; w < work; w += warps) {
-    const long long key_row = w % p.total_k();
-    const int head_kv = static_cast<int>(w / p.total_k());
-    const RowLocation k_at = locate_row(p.keys, p.batch, key_row);
+    const RowLocation k_at = locate_token(p.keys, p.batch, w % p.total_k());
     if (!k_at.real) continue;
+    const int head_kv = static_cast<int>(w / p.total_k());
     const int b = k_at.batch;
-    const T* k = row_pointer<const T>(t.k, b, key_row, head_kv);
-    const T* v = row_pointer<const T>(t.v, b, key_row, head_kv);
+    const T* k = row_pointer<const T>(t.k, k_at, head_kv);
+    const T* v = row_pointer<const T>(t.v, k_at, head_kv);
     const int seqlen_q = p.queries.sequence(b).length;
     const int seqlen_k = p.keys.sequence(b).length;
     const BlockRange queries = m_block_range(p.mask, k_at.index, 1, 1, seqlen_q, seqlen_k);
@@ -107,12 +105,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_dkdv_kernel(const 
     dv.zero();
     for (int head = head_kv * group; head < (head_kv + 1) * group; ++head) {
       for (int i = queries.begin; i < queries.end; ++i) {
-        const long long row = packed_row(p.queries, b, i);
+        const RowLocation q_at = at_position(p.queries, b, i);
         WarpRow<Acc> q, dout;
-        q.load(row_pointer<const T>(t.q, b, row, head), p.head_dim, lane);
-        dout.load(row_pointer<const T>(t.dout, b, row, head), p.head_dim, lane);
-        const Acc lse = *row_pointer<const float>(t.lse, b, row, head);
-        const Acc row_dot = static_cast<const Acc*>(params.row_dot)[head * p.total_q() + row];
+        q.load(row_pointer<const T>(t.q, q_at, head), p.head_dim, lane);
+        dout.load(row_pointer<const T>(t.dout, q_at, head), p.head_dim, lane);
+        const Acc lse = *row_pointer<const float>(t.lse, q_at, head);
+        const Acc row_dot = static_cast<const Acc*>(params.row_dot)[head * p.total_q() + q_at.token];
         const PairGradients<Acc> g = pair_gradients<T, Acc>(params, q, dout, k, v, lse, row_dot, lane);
 #pragma unroll
         for (int c = 0; c < kElemsPerLane; ++c) {
@@ -121,8 +119,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_dkdv_kernel(const 
         }
       }
     }
-    dk.store(row_pointer<T>(t.dk, b, key_row, head_kv), p.head_dim, lane, static_cast<Acc>(p.softmax_scale));
-    dv.store(row_pointer<T>(t.dv, b, key_row, head_kv), p.head_dim, lane, Acc(1));
+    dk.store(row_pointer<T>(t.dk, k_at, head_kv), p.head_dim, lane, static_cast<Acc>(p.softmax_scale));
+    dv.store(row_pointer<T>(t.dv, k_at, head_kv), p.head_dim, lane, Acc(1));
   }
 }
 

@@ -86,41 +86,50 @@ struct WarpRow {
   }
 };
 
-// A token of the packed row axis resolved to its sequence.
+// A position of one sequence, in the two coordinates the kernels need.
 struct RowLocation {
   int batch;
-  int index;  // position inside the sequence
-  bool real;  // false past seqused (or past a clamped sequence end): the row is not touched
+  int index;             // position inside the sequence
+  long long token;       // position along the whole token axis (batch * seqlen + index when fixed)
+  long long tensor_row;  // the row as RowTensor addresses it: `index` in fixed-length mode (the
+                         // batch stride does the rest), `token` in varlen mode
+  bool real;             // false past seqused (or a clamped sequence end): such rows are not touched
 };
 
-__device__ inline RowLocation locate_row(const SequenceLayout& layout, int batch, long long row) {
+__device__ inline RowLocation at_position(const SequenceLayout& layout, int batch, int index) {
+  if (layout.varlen()) {
+    const long long token = layout.sequence(batch).offset + index;
+    return RowLocation{batch, index, token, token, true};
+  }
+  return RowLocation{batch, index, static_cast<long long>(batch) * layout.fixed_length + index, index, true};
+}
+
+// Resolves `token` (along the whole token axis) to its sequence and position.
+__device__ inline RowLocation locate_token(const SequenceLayout& layout, int batch, long long token) {
   int b;
   if (layout.varlen()) {
-    // Last b with cu_seqlens[b] <= row (binary search over batch + 1 prefix sums).
+    // Last b with cu_seqlens[b] <= token (binary search over batch + 1 prefix sums).
     int lo = 0, hi = batch;
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
-      if (layout.cu_seqlens[mid] <= row) lo = mid; else hi = mid - 1;
+      if (layout.cu_seqlens[mid] <= token) lo = mid; else hi = mid - 1;
     }
     b = lo;
   } else {
-    b = static_cast<int>(row / layout.fixed_length);
+    b = static_cast<int>(token / layout.fixed_length);
   }
-  if (b >= batch) return RowLocation{0, 0, false};
+  if (b >= batch) return RowLocation{0, 0, token, 0, false};
   const Sequence seq = layout.sequence(b);
-  const long long base = layout.varlen() ? seq.offset : static_cast<long long>(b) * layout.fixed_length;
-  const long long index = row - base;
-  return RowLocation{b, static_cast<int>(index), index >= 0 && index < seq.length};
+  const long long start = layout.varlen() ? seq.offset : static_cast<long long>(b) * layout.fixed_length;
+  const long long index = token - start;
+  RowLocation at = at_position(layout, b, static_cast<int>(index));
+  at.real = index >= 0 && index < seq.length;
+  return at;
 }
 
 template <typename T>
-__device__ __forceinline__ T* row_pointer(const RowTensor& t, int batch, long long packed_row, int head) {
-  return static_cast<T*>(t.data) + batch * t.batch_stride + packed_row * t.row_stride + head * t.head_stride;
-}
-
-// Packed token index of position `index` of sequence `batch` (the row axis of RowTensor).
-__device__ __forceinline__ long long packed_row(const SequenceLayout& layout, int batch, int index) {
-  return layout.varlen() ? layout.sequence(batch).offset + index : index;
+__device__ __forceinline__ T* row_pointer(const RowTensor& t, const RowLocation& at, int head) {
+  return static_cast<T*>(t.data) + at.batch * t.batch_stride + at.tensor_row * t.row_stride + head * t.head_stride;
 }
 
 inline int grid_for(long long warps) {

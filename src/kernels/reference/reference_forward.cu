@@ -22,10 +22,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_forward_kernel(con
   const long long work = p.total_q() * p.heads;
   // Consecutive warps take consecutive rows of one head, so they share K/V through the caches.
   for (long long w = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize; w < work; w += warps) {
-    const long long row = w % p.total_q();
-    const int head = static_cast<int>(w / p.total_q());
-    const RowLocation q_at = locate_row(p.queries, p.batch, row);
+    const RowLocation q_at = locate_token(p.queries, p.batch, w % p.total_q());
     if (!q_at.real) continue;
+    const int head = static_cast<int>(w / p.total_q());
     const int b = q_at.batch;
     const int head_kv = head / (p.heads / p.heads_kv);
     const int seqlen_q = p.queries.sequence(b).length;
@@ -33,10 +32,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_forward_kernel(con
     const BlockRange keys = n_block_range(p.mask, q_at.index, 1, 1, seqlen_q, seqlen_k);
 
     WarpRow<Acc> q;
-    q.load(row_pointer<const T>(params.tensors.q, b, row, head), p.head_dim, lane);
+    q.load(row_pointer<const T>(params.tensors.q, q_at, head), p.head_dim, lane);
     const Acc scale = p.softmax_scale;
     auto score = [&](int j) {
-      const T* k = row_pointer<const T>(params.tensors.k, b, packed_row(p.keys, b, j), head_kv);
+      const T* k = row_pointer<const T>(params.tensors.k, at_position(p.keys, b, j), head_kv);
       const Acc qk = maybe_round<T>(q.dot(k, p.head_dim, lane), params.round_to_input);
       return maybe_round<T>(qk * scale, params.round_to_input);
     };
@@ -55,11 +54,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_forward_kernel(con
     o.zero();
     for (int j = keys.begin; j < keys.end; ++j) {
       const Acc prob = maybe_round<T>(exp(score(j) - lse), params.round_to_input);
-      o.axpy(prob, row_pointer<const T>(params.tensors.v, b, packed_row(p.keys, b, j), head_kv), p.head_dim, lane);
+      o.axpy(prob, row_pointer<const T>(params.tensors.v, at_position(p.keys, b, j), head_kv), p.head_dim, lane);
     }
-    o.store(row_pointer<T>(params.tensors.o, b, row, head), p.head_dim, lane, Acc(1));
+    o.store(row_pointer<T>(params.tensors.o, q_at, head), p.head_dim, lane, Acc(1));
     if (params.tensors.lse.data != nullptr && lane == 0) {
-      *row_pointer<float>(params.tensors.lse, b, row, head) = static_cast<float>(lse);
+      *row_pointer<float>(params.tensors.lse, q_at, head) = static_cast<float>(lse);
     }
   }
 }
