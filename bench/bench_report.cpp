@@ -1,6 +1,7 @@
 #include "bench_report.hpp"
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <cstdio>
 #include <ctime>
@@ -33,6 +34,28 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
+// The driver's own version (e.g. "580.159.04") through NVML, loaded only if present so that the
+// benchmark does not depend on it; falls back to the driver's CUDA API version.
+std::string driver_version() {
+  int cuda_driver = 0;
+  cudaDriverGetVersion(&cuda_driver);
+  std::string version = "CUDA " + cuda_version_string(cuda_driver);
+  void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (nvml == nullptr) return version;
+  using InitFn = int (*)();
+  using VersionFn = int (*)(char*, unsigned);
+  auto init = reinterpret_cast<InitFn>(dlsym(nvml, "nvmlInit_v2"));
+  auto get = reinterpret_cast<VersionFn>(dlsym(nvml, "nvmlSystemGetDriverVersion"));
+  auto shutdown = reinterpret_cast<InitFn>(dlsym(nvml, "nvmlShutdown"));
+  char buffer[96] = {};
+  if (init && get && shutdown && init() == 0) {
+    if (get(buffer, sizeof buffer) == 0) version = buffer;
+    shutdown();
+  }
+  dlclose(nvml);
+  return version;
+}
+
 int total_tokens(const std::vector<int>& lengths) {
   int total = 0;
   for (int n : lengths) total += n;
@@ -47,12 +70,11 @@ Environment read_environment(const std::string& command) {
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
   env.date = date;
-  int device = 0, driver = 0, runtime = 0;
+  int device = 0, runtime = 0;
   cudaDeviceProp prop{};
   if (cudaGetDevice(&device) == cudaSuccess && cudaGetDeviceProperties(&prop, device) == cudaSuccess) env.gpu = prop.name;
-  cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);
-  env.driver = "CUDA " + cuda_version_string(driver);  // the driver's CUDA API version
+  env.driver = driver_version();
   env.cuda = cuda_version_string(runtime);
   env.commit = HOPATTN_GIT_COMMIT;
   env.command = command;

@@ -56,35 +56,40 @@ Varlen to_varlen(const hopattn_varlen& v) {
                 to_int_array(v.seqused_k),    v.max_seqlen_q,                v.max_seqlen_k};
 }
 
-Mask to_mask(int32_t causal, int32_t left, int32_t right) { return Mask{causal != 0, left, right}; }
+// Defaults of every argument struct: zeros, unbounded window, default scale.
+template <typename CArgs>
+void init_args(CArgs* args) {
+  if (args == nullptr) return;
+  std::memset(static_cast<void*>(args), 0, sizeof(*args));
+  args->struct_size = sizeof(*args);
+  args->softmax_scale = kDefaultSoftmaxScale;
+  args->window_left = -1;
+  args->window_right = -1;
+}
 
-ForwardArgs to_forward_args(const hopattn_forward_args& a) {
-  ForwardArgs out;
+// The fields forward and backward arguments share.
+template <typename CArgs, typename Args>
+Args common_args(const CArgs& a) {
+  Args out;
   out.q = to_tensor(a.q);
   out.k = to_tensor(a.k);
   out.v = to_tensor(a.v);
   out.o = to_tensor(a.o);
   out.lse = to_tensor(a.lse);
   out.softmax_scale = a.softmax_scale;
-  out.mask = to_mask(a.causal, a.window_left, a.window_right);
+  out.mask = Mask{a.causal != 0, a.window_left, a.window_right};
   out.varlen = to_varlen(a.varlen);
   return out;
 }
 
+ForwardArgs to_forward_args(const hopattn_forward_args& a) { return common_args<hopattn_forward_args, ForwardArgs>(a); }
+
 BackwardArgs to_backward_args(const hopattn_backward_args& a) {
-  BackwardArgs out;
-  out.q = to_tensor(a.q);
-  out.k = to_tensor(a.k);
-  out.v = to_tensor(a.v);
-  out.o = to_tensor(a.o);
-  out.lse = to_tensor(a.lse);
+  BackwardArgs out = common_args<hopattn_backward_args, BackwardArgs>(a);
   out.dout = to_tensor(a.dout);
   out.dq = to_tensor(a.dq);
   out.dk = to_tensor(a.dk);
   out.dv = to_tensor(a.dv);
-  out.softmax_scale = a.softmax_scale;
-  out.mask = to_mask(a.causal, a.window_left, a.window_right);
-  out.varlen = to_varlen(a.varlen);
   out.deterministic = a.deterministic != 0;
   return out;
 }
@@ -96,23 +101,9 @@ using hopattn::Status;
 
 extern "C" {
 
-void hopattn_forward_args_init(hopattn_forward_args* args) {
-  if (args == nullptr) return;
-  std::memset(static_cast<void*>(args), 0, sizeof(*args));
-  args->struct_size = sizeof(*args);
-  args->softmax_scale = hopattn::kDefaultSoftmaxScale;
-  args->window_left = -1;
-  args->window_right = -1;
-}
+void hopattn_forward_args_init(hopattn_forward_args* args) { hopattn::init_args(args); }
 
-void hopattn_backward_args_init(hopattn_backward_args* args) {
-  if (args == nullptr) return;
-  std::memset(static_cast<void*>(args), 0, sizeof(*args));
-  args->struct_size = sizeof(*args);
-  args->softmax_scale = hopattn::kDefaultSoftmaxScale;
-  args->window_left = -1;
-  args->window_right = -1;
-}
+void hopattn_backward_args_init(hopattn_backward_args* args) { hopattn::init_args(args); }
 
 int hopattn_forward(const hopattn_forward_args* user, void* stream) {
   hopattn_forward_args args;

@@ -45,12 +45,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_dq_kernel(const Ba
   const Problem& p = params.problem;
   const BackwardTensors& t = params.tensors;
   const int lane = threadIdx.x % kWarpSize;
-  const long long warps = static_cast<long long>(gridDim.x) * kWarpsPerBlock;
-  const long long work = p.total_q() * p.heads;
-  for (long long w = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize; w < work; w += warps) {
-    const RowLocation q_at = locate_token(p.queries, p.batch, w % p.total_q());
-    if (!q_at.real) continue;
-    const int head = static_cast<int>(w / p.total_q());
+  for_each_warp_row(p.queries, p.batch, p.heads, [&](const RowLocation& q_at, int head) {
     const int b = q_at.batch;
     const int head_kv = head / (p.heads / p.heads_kv);
 
@@ -78,7 +73,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_dq_kernel(const Ba
       dq.axpy(g.dscore, k, p.head_dim, lane);
     }
     dq.store(row_pointer<T>(t.dq, q_at, head), p.head_dim, lane, static_cast<Acc>(p.softmax_scale));
-  }
+  });
 }
 
 template <typename T, typename Acc>
@@ -86,13 +81,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_dkdv_kernel(const 
   const Problem& p = params.problem;
   const BackwardTensors& t = params.tensors;
   const int lane = threadIdx.x % kWarpSize;
-  const long long warps = static_cast<long long>(gridDim.x) * kWarpsPerBlock;
-  const long long work = p.total_k() * p.heads_kv;
   const int group = p.heads / p.heads_kv;
-  for (long long w = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize; w < work; w += warps) {
-    const RowLocation k_at = locate_token(p.keys, p.batch, w % p.total_k());
-    if (!k_at.real) continue;
-    const int head_kv = static_cast<int>(w / p.total_k());
+  for_each_warp_row(p.keys, p.batch, p.heads_kv, [&](const RowLocation& k_at, int head_kv) {
     const int b = k_at.batch;
     const T* k = row_pointer<const T>(t.k, k_at, head_kv);
     const T* v = row_pointer<const T>(t.v, k_at, head_kv);
@@ -121,35 +111,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_dkdv_kernel(const 
     }
     dk.store(row_pointer<T>(t.dk, k_at, head_kv), p.head_dim, lane, static_cast<Acc>(p.softmax_scale));
     dv.store(row_pointer<T>(t.dv, k_at, head_kv), p.head_dim, lane, Acc(1));
-  }
-}
-
-template <typename T, typename Acc>
-cudaError_t launch(const BackwardParams& params, cudaStream_t stream) {
-  const long long q_work = params.problem.total_q() * params.problem.heads;
-  const long long k_work = params.problem.total_k() * params.problem.heads_kv;
-  if (q_work > 0) {
-    reference_dq_kernel<T, Acc><<<grid_for(q_work), kThreadsPerBlock, 0, stream>>>(params);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  }
-  if (k_work > 0) {
-    reference_dkdv_kernel<T, Acc><<<grid_for(k_work), kThreadsPerBlock, 0, stream>>>(params);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  }
-  return cudaSuccess;
-}
-
-template <typename T>
-cudaError_t launch_for_precision(const BackwardParams& params, ReferencePrecision precision,
-                                 cudaStream_t stream) {
-  switch (precision) {
-    case ReferencePrecision::kFloat32:
-    case ReferencePrecision::kNaiveLowPrecision:
-      return launch<T, float>(params, stream);
-    case ReferencePrecision::kFloat64:
-      return launch<T, double>(params, stream);
-  }
-  return cudaErrorInvalidValue;
+  });
 }
 
 }  // namespace
@@ -163,14 +125,21 @@ size_t reference_backward_workspace_bytes(const Problem& problem, ReferencePreci
 cudaError_t reference_backward(const Problem& problem, const BackwardTensors& tensors, void* workspace,
                                ReferencePrecision precision, cudaStream_t stream) {
   const BackwardParams params{problem, tensors, workspace, precision == ReferencePrecision::kNaiveLowPrecision};
-  switch (problem.dtype) {
-    case DType::kFloat16:
-      return launch_for_precision<__half>(params, precision, stream);
-    case DType::kBFloat16:
-      return launch_for_precision<__nv_bfloat16>(params, precision, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  const long long q_work = problem.total_q() * problem.heads;
+  const long long k_work = problem.total_k() * problem.heads_kv;
+  return dispatch_types(problem.dtype, precision, [&](auto element, auto accumulator) {
+    using T = typename decltype(element)::type;
+    using Acc = typename decltype(accumulator)::type;
+    // dQ first: its kernel also writes D, which the dK/dV kernel reads (stream order).
+    if (q_work > 0) {
+      reference_dq_kernel<T, Acc><<<grid_for(q_work), kThreadsPerBlock, 0, stream>>>(params);
+      if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    }
+    if (k_work > 0) {
+      reference_dkdv_kernel<T, Acc><<<grid_for(k_work), kThreadsPerBlock, 0, stream>>>(params);
+    }
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace hopattn

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include "api/problem.hpp"
+#include "kernels/reference/reference_attention.hpp"
 #include "kernels/common/block_range.hpp"
 #include "kernels/common/mask.hpp"
 #include "kernels/common/seqlen.hpp"
@@ -127,9 +128,52 @@ __device__ inline RowLocation locate_token(const SequenceLayout& layout, int bat
   return at;
 }
 
+// Runs body(location, head) for every real (row, head) pair of one side of the problem, one warp
+// per pair in a grid-stride loop. Consecutive warps take consecutive rows of one head, so they share
+// the other side's rows through the caches.
+template <typename Body>
+__device__ void for_each_warp_row(const SequenceLayout& layout, int batch, int heads, Body&& body) {
+  const long long total = layout.total_tokens;
+  const long long work = total * heads;
+  const long long stride = static_cast<long long>(gridDim.x) * kWarpsPerBlock;
+  for (long long w = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize; w < work; w += stride) {
+    const RowLocation at = locate_token(layout, batch, w % total);
+    if (at.real) body(at, static_cast<int>(w / total));
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ T* row_pointer(const RowTensor& t, const RowLocation& at, int head) {
   return static_cast<T*>(t.data) + at.batch * t.batch_stride + at.tensor_row * t.row_stride + head * t.head_stride;
+}
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Runtime dtype and precision to the (element, accumulator) types of a launch:
+// launch(TypeTag<T>{}, TypeTag<Acc>{}). Unknown values are an error, never a silent default.
+template <typename Launch>
+cudaError_t dispatch_types(DType dtype, ReferencePrecision precision, Launch&& launch) {
+  auto with_accumulator = [&](auto element) {
+    switch (precision) {
+      case ReferencePrecision::kFloat32:
+      case ReferencePrecision::kNaiveLowPrecision:
+        return launch(element, TypeTag<float>{});
+      case ReferencePrecision::kFloat64:
+        return launch(element, TypeTag<double>{});
+    }
+    return cudaErrorInvalidValue;
+  };
+  switch (dtype) {
+    case DType::kFloat16:
+      return with_accumulator(TypeTag<__half>{});
+    case DType::kBFloat16:
+      return with_accumulator(TypeTag<__nv_bfloat16>{});
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 inline int grid_for(long long warps) {

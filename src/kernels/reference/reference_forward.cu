@@ -18,13 +18,7 @@ template <typename T, typename Acc>
 __global__ void __launch_bounds__(kThreadsPerBlock) reference_forward_kernel(const ForwardParams params) {
   const Problem& p = params.problem;
   const int lane = threadIdx.x % kWarpSize;
-  const long long warps = static_cast<long long>(gridDim.x) * kWarpsPerBlock;
-  const long long work = p.total_q() * p.heads;
-  // Consecutive warps take consecutive rows of one head, so they share K/V through the caches.
-  for (long long w = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize; w < work; w += warps) {
-    const RowLocation q_at = locate_token(p.queries, p.batch, w % p.total_q());
-    if (!q_at.real) continue;
-    const int head = static_cast<int>(w / p.total_q());
+  for_each_warp_row(p.queries, p.batch, p.heads, [&](const RowLocation& q_at, int head) {
     const int b = q_at.batch;
     const int head_kv = head / (p.heads / p.heads_kv);
     const int seqlen_q = p.queries.sequence(b).length;
@@ -60,42 +54,22 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_forward_kernel(con
     if (params.tensors.lse.data != nullptr && lane == 0) {
       *row_pointer<float>(params.tensors.lse, q_at, head) = static_cast<float>(lse);
     }
-  }
-}
-
-template <typename T, typename Acc>
-cudaError_t launch(const ForwardParams& params, cudaStream_t stream) {
-  const long long work = params.problem.total_q() * params.problem.heads;
-  if (work == 0) return cudaSuccess;
-  reference_forward_kernel<T, Acc><<<grid_for(work), kThreadsPerBlock, 0, stream>>>(params);
-  return cudaGetLastError();
-}
-
-template <typename T>
-cudaError_t launch_for_precision(const ForwardParams& params, ReferencePrecision precision, cudaStream_t stream) {
-  switch (precision) {
-    case ReferencePrecision::kFloat32:
-    case ReferencePrecision::kNaiveLowPrecision:
-      return launch<T, float>(params, stream);
-    case ReferencePrecision::kFloat64:
-      return launch<T, double>(params, stream);
-  }
-  return cudaErrorInvalidValue;
+  });
 }
 
 }  // namespace
 
 cudaError_t reference_forward(const Problem& problem, const ForwardTensors& tensors, ReferencePrecision precision,
                               cudaStream_t stream) {
+  const long long work = problem.total_q() * problem.heads;
+  if (work == 0) return cudaSuccess;
   const ForwardParams params{problem, tensors, precision == ReferencePrecision::kNaiveLowPrecision};
-  switch (problem.dtype) {
-    case DType::kFloat16:
-      return launch_for_precision<__half>(params, precision, stream);
-    case DType::kBFloat16:
-      return launch_for_precision<__nv_bfloat16>(params, precision, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return dispatch_types(problem.dtype, precision, [&](auto element, auto accumulator) {
+    using T = typename decltype(element)::type;
+    using Acc = typename decltype(accumulator)::type;
+    reference_forward_kernel<T, Acc><<<grid_for(work), kThreadsPerBlock, 0, stream>>>(params);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace hopattn
