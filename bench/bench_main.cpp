@@ -118,8 +118,8 @@ int run(int argc, char** argv) {
   }
 
   const Environment env = read_environment(options.command);
-  std::printf("hopattn %s on %s, CUDA %s, commit %s\n", build_info().version.c_str(), env.gpu.c_str(),
-              env.cuda.c_str(), env.commit.c_str());
+  std::printf("hopattn %s on %s, CUDA %s, commit %s\n", build_info().version.c_str(), env.gpu.c_str(), env.cuda.c_str(),
+              env.commit.c_str());
   print_header();
   std::vector<ResultRow> all;
   bool failed = false;
@@ -140,8 +140,10 @@ int run(int argc, char** argv) {
       std::fprintf(stderr, "hopattn-bench: problem %zu failed: %s\n", i + 1, e.what());
       return 1;
     }
+    // Rewritten after every problem, so a long sweep that is cut short keeps what it measured.
+    if (!options.json_path.empty() && options.json_path != "-") write_json(options.json_path, env, all);
   }
-  if (!options.json_path.empty()) write_json(options.json_path, env, all);
+  if (options.json_path == "-") write_json(options.json_path, env, all);
   return failed ? 1 : 0;
 }
 

@@ -1,5 +1,7 @@
 #include "bench_options.hpp"
 
+#include <functional>
+#include <map>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -84,47 +86,66 @@ BenchOptions parse_options(int argc, char** argv) {
   bool varlen = false, sweep = false, deterministic = false;
   uint64_t seed = 0;
 
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");
-      return argv[++i];
-    };
-    if (flag == "-h" || flag == "--help") o.help = true;
-    else if (flag == "--batch") spec.batch = to_int(flag, value());
-    else if (flag == "--seqlen") spec.seqlen_q = spec.seqlen_k = to_int(flag, value());
-    else if (flag == "--seqlen-q") spec.seqlen_q = to_int(flag, value());
-    else if (flag == "--seqlen-k") spec.seqlen_k = to_int(flag, value());
-    else if (flag == "--heads") spec.heads = to_int(flag, value());
-    else if (flag == "--heads-kv") heads_kv = to_int(flag, value());
-    else if (flag == "--headdim") spec.head_dim = to_int(flag, value());
-    else if (flag == "--dtype") {
-      const std::string t = value();
-      if (t == "bf16") spec.dtype = DType::kBFloat16;
-      else if (t == "fp16") spec.dtype = DType::kFloat16;
-      else throw std::invalid_argument("--dtype: '" + t + "' is not bf16 or fp16");
-    } else if (flag == "--causal") spec.causal = true;
-    else if (flag == "--window") {
-      const std::string w = value();
-      const size_t comma = w.find(',');
-      if (comma == std::string::npos) throw std::invalid_argument("--window: expected L,R, got '" + w + "'");
-      spec.window_left = to_int(flag, w.substr(0, comma));
-      spec.window_right = to_int(flag, w.substr(comma + 1));
-    } else if (flag == "--varlen") varlen = true;
-    else if (flag == "--deterministic") deterministic = true;
-    else if (flag == "--direction") {
-      const std::string d = value();
-      if (d != "fwd" && d != "bwd" && d != "both") throw std::invalid_argument("--direction: '" + d + "' is not fwd, bwd or both");
-      o.run_forward = d != "bwd";
-      o.run_backward = d != "fwd";
-    } else if (flag == "--sweep") sweep = true;
-    else if (flag == "--warmup") o.warmup = to_int(flag, value());
-    else if (flag == "--reps") o.repetitions = to_int(flag, value());
-    else if (flag == "--no-check") o.check = false;
-    else if (flag == "--seed") seed = static_cast<uint64_t>(to_int(flag, value()));
-    else if (flag == "--json") o.json_path = value();
-    else throw std::invalid_argument("unknown option '" + flag + "' (see --help)");
+  std::string flag;
+  int i = 1;
+  auto text = [&]() -> std::string {
+    if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");
+    return argv[++i];
+  };
+  auto number = [&] { return to_int(flag, text()); };
+  const std::map<std::string, std::function<void()>> handlers = {
+      {"-h", [&] { o.help = true; }},
+      {"--help", [&] { o.help = true; }},
+      {"--batch", [&] { spec.batch = number(); }},
+      {"--seqlen", [&] { spec.seqlen_q = spec.seqlen_k = number(); }},
+      {"--seqlen-q", [&] { spec.seqlen_q = number(); }},
+      {"--seqlen-k", [&] { spec.seqlen_k = number(); }},
+      {"--heads", [&] { spec.heads = number(); }},
+      {"--heads-kv", [&] { heads_kv = number(); }},
+      {"--headdim", [&] { spec.head_dim = number(); }},
+      {"--dtype",
+       [&] {
+         const std::string t = text();
+         if (t != "bf16" && t != "fp16") throw std::invalid_argument("--dtype: '" + t + "' is not bf16 or fp16");
+         spec.dtype = t == "bf16" ? DType::kBFloat16 : DType::kFloat16;
+       }},
+      {"--causal", [&] { spec.causal = true; }},
+      {"--window",
+       [&] {
+         const std::string w = text();
+         const size_t comma = w.find(',');
+         if (comma == std::string::npos) throw std::invalid_argument("--window: expected L,R, got '" + w + "'");
+         spec.window_left = to_int(flag, w.substr(0, comma));
+         spec.window_right = to_int(flag, w.substr(comma + 1));
+       }},
+      {"--varlen", [&] { varlen = true; }},
+      {"--deterministic", [&] { deterministic = true; }},
+      {"--direction",
+       [&] {
+         const std::string d = text();
+         if (d != "fwd" && d != "bwd" && d != "both") {
+           throw std::invalid_argument("--direction: '" + d + "' is not fwd, bwd or both");
+         }
+         o.run_forward = d != "bwd";
+         o.run_backward = d != "fwd";
+       }},
+      {"--sweep", [&] { sweep = true; }},
+      {"--warmup", [&] { o.warmup = number(); }},
+      {"--reps", [&] { o.repetitions = number(); }},
+      {"--no-check", [&] { o.check = false; }},
+      {"--seed", [&] { seed = static_cast<uint64_t>(number()); }},
+      {"--json", [&] { o.json_path = text(); }},
+  };
+  for (; i < argc; ++i) {
+    flag = argv[i];
+    const auto handler = handlers.find(flag);
+    if (handler == handlers.end()) throw std::invalid_argument("unknown option '" + flag + "' (see --help)");
+    handler->second();
   }
+  if (spec.batch < 0 || spec.seqlen_q < 0 || spec.seqlen_k < 0) {
+    throw std::invalid_argument("--batch and --seqlen* must be >= 0");
+  }
+  if (spec.heads < 1 || spec.head_dim < 1) throw std::invalid_argument("--heads and --headdim must be >= 1");
   if (o.warmup < 0) throw std::invalid_argument("--warmup must be >= 0");
   if (o.repetitions < 1) throw std::invalid_argument("--reps must be >= 1");
   spec.heads_kv = heads_kv > 0 ? heads_kv : spec.heads;

@@ -72,7 +72,8 @@ Environment read_environment(const std::string& command) {
   env.date = date;
   int device = 0, runtime = 0;
   cudaDeviceProp prop{};
-  if (cudaGetDevice(&device) == cudaSuccess && cudaGetDeviceProperties(&prop, device) == cudaSuccess) env.gpu = prop.name;
+  if (cudaGetDevice(&device) == cudaSuccess && cudaGetDeviceProperties(&prop, device) == cudaSuccess)
+    env.gpu = prop.name;
   cudaRuntimeGetVersion(&runtime);
   env.driver = driver_version();
   env.cuda = cuda_version_string(runtime);
@@ -90,10 +91,11 @@ void print_row(const ResultRow& r) {
   const testing::CaseSpec& s = r.problem.spec;
   std::string mask = s.causal ? "causal" : "none";
   if (s.window_left >= 0 || s.window_right >= 0) {
-    mask = (s.causal ? "c" : "") + std::string("w") + std::to_string(s.window_left) + "," + std::to_string(s.window_right);
+    mask =
+        (s.causal ? "c" : "") + std::string("w") + std::to_string(s.window_left) + "," + std::to_string(s.window_right);
   }
-  std::printf("%-8s %-4s %-5s %4d %-9s %5d %5d %5d %6d %6d %6s %10.3f %9.1f  %s\n", r.impl.c_str(),
-              r.direction.c_str(), s.dtype == DType::kBFloat16 ? "bf16" : "fp16", s.head_dim, mask.c_str(),
+  std::printf("%-8s %-4s %-5s %4d %-9s %5d %5d %5d %6d %6d %6s %10.3f %9.1f  %s\n", r.impl.c_str(), r.direction.c_str(),
+              s.dtype == DType::kBFloat16 ? "bf16" : "fp16", s.head_dim, mask.c_str(),
               s.varlen() ? int(s.varlen_seqlens_q.size()) : s.batch, s.heads, s.heads_kv, s.seqlen_q, s.seqlen_k,
               s.varlen() ? "yes" : "no", r.ms, r.tflops, r.check.c_str());
   std::fflush(stdout);
@@ -108,8 +110,9 @@ void write_json(const std::string& path, const Environment& env, const std::vect
   for (size_t i = 0; i < rows.size(); ++i) {
     const ResultRow& r = rows[i];
     const testing::CaseSpec& s = r.problem.spec;
-    out << (i ? "," : "") << "\n    {\"impl\": " << json_string(r.impl) << ", \"direction\": " << json_string(r.direction)
-        << ", \"dtype\": \"" << (s.dtype == DType::kBFloat16 ? "bf16" : "fp16") << "\", \"hdim\": " << s.head_dim
+    out << (i ? "," : "") << "\n    {\"impl\": " << json_string(r.impl)
+        << ", \"direction\": " << json_string(r.direction) << ", \"dtype\": \""
+        << (s.dtype == DType::kBFloat16 ? "bf16" : "fp16") << "\", \"hdim\": " << s.head_dim
         << ", \"causal\": " << (s.causal ? "true" : "false") << ", \"window_left\": " << s.window_left
         << ", \"window_right\": " << s.window_right
         << ", \"batch\": " << (s.varlen() ? int(s.varlen_seqlens_q.size()) : s.batch) << ", \"heads\": " << s.heads
@@ -118,7 +121,8 @@ void write_json(const std::string& path, const Environment& env, const std::vect
         << ", \"deterministic\": " << (r.problem.deterministic ? "true" : "false") << ", \"ms\": " << r.ms
         << ", \"tflops\": " << r.tflops << ", \"check\": " << json_string(r.check);
     if (s.varlen()) {
-      out << ", \"total_q\": " << total_tokens(s.varlen_seqlens_q) << ", \"total_k\": " << total_tokens(s.varlen_seqlens_k);
+      out << ", \"total_q\": " << total_tokens(s.varlen_seqlens_q)
+          << ", \"total_k\": " << total_tokens(s.varlen_seqlens_k);
     }
     out << "}";
   }

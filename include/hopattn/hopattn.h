@@ -26,11 +26,7 @@ typedef enum hopattn_status {
   HOPATTN_ERROR_CUDA = 4
 } hopattn_status;
 
-typedef enum hopattn_dtype {
-  HOPATTN_FLOAT16 = 0,
-  HOPATTN_BFLOAT16 = 1,
-  HOPATTN_FLOAT32 = 2
-} hopattn_dtype;
+typedef enum hopattn_dtype { HOPATTN_FLOAT16 = 0, HOPATTN_BFLOAT16 = 1, HOPATTN_FLOAT32 = 2 } hopattn_dtype;
 
 #define HOPATTN_MAX_RANK 4
 
@@ -83,8 +79,7 @@ void hopattn_backward_args_init(hopattn_backward_args* args);
 /* `stream` is a cudaStream_t (NULL: the legacy default stream). */
 int hopattn_forward(const hopattn_forward_args* args, void* stream);
 int hopattn_backward_workspace_size(const hopattn_backward_args* args, size_t* bytes);
-int hopattn_backward(const hopattn_backward_args* args, void* workspace, size_t workspace_bytes,
-                     void* stream);
+int hopattn_backward(const hopattn_backward_args* args, void* workspace, size_t workspace_bytes, void* stream);
 
 const char* hopattn_last_error(void);
 const char* hopattn_version(void);

@@ -83,10 +83,10 @@ struct Mask {
 // cu_seqlens_q.data is set; then Q/O/dO/dQ are (total_q, H, d), K/V/dK/dV are (total_k, H_kv, d)
 // and LSE is (H, total_q).
 struct Varlen {
-  IntArray cu_seqlens_q;  // batch + 1 prefix sums of the query lengths
-  IntArray cu_seqlens_k;  // batch + 1 prefix sums of the key lengths
-  IntArray seqused_q;     // optional, batch: how many tokens of each query sequence are real
-  IntArray seqused_k;     // optional, batch: how many tokens of each key sequence are real
+  IntArray cu_seqlens_q;     // batch + 1 prefix sums of the query lengths
+  IntArray cu_seqlens_k;     // batch + 1 prefix sums of the key lengths
+  IntArray seqused_q;        // optional, batch: how many tokens of each query sequence are real
+  IntArray seqused_k;        // optional, batch: how many tokens of each key sequence are real
   int32_t max_seqlen_q = 0;  // must be >= every query sequence length
   int32_t max_seqlen_k = 0;  // must be >= every key sequence length
 

@@ -52,8 +52,12 @@ Tensor to_tensor(const hopattn_tensor& t) {
 IntArray to_int_array(const hopattn_int_array& a) { return IntArray{a.data, a.size}; }
 
 Varlen to_varlen(const hopattn_varlen& v) {
-  return Varlen{to_int_array(v.cu_seqlens_q), to_int_array(v.cu_seqlens_k), to_int_array(v.seqused_q),
-                to_int_array(v.seqused_k),    v.max_seqlen_q,                v.max_seqlen_k};
+  return Varlen{to_int_array(v.cu_seqlens_q),
+                to_int_array(v.cu_seqlens_k),
+                to_int_array(v.seqused_q),
+                to_int_array(v.seqused_k),
+                v.max_seqlen_q,
+                v.max_seqlen_k};
 }
 
 // Defaults of every argument struct: zeros, unbounded window, default scale.

@@ -37,7 +37,8 @@ Tensor make_tensor(void* data, DType dtype, std::initializer_list<int64_t> shape
   return t;
 }
 
-Tensor make_tensor(void* data, DType dtype, std::initializer_list<int64_t> shape, std::initializer_list<int64_t> stride) {
+Tensor make_tensor(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                   std::initializer_list<int64_t> stride) {
   Tensor t = make_tensor(data, dtype, shape);
   const int stored = t.rank < Tensor::kMaxRank ? t.rank : Tensor::kMaxRank;
   int d = 0;

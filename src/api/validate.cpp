@@ -58,8 +58,8 @@ Status check_tensor(const Tensor& t, const ExpectedTensor& want, DType dtype) {
     if (t.shape[d] != want.shape[d]) {
       std::ostringstream expected;
       for (int e = 0; e < want.rank; ++e) expected << (e ? ", " : "") << want.shape[e];
-      return invalid(want.name, ".shape[", d, "] is ", t.shape[d], " but must be ", want.shape[d],
-                     ": expected ", want.dims, " = (", expected.str(), ")");
+      return invalid(want.name, ".shape[", d, "] is ", t.shape[d], " but must be ", want.shape[d], ": expected ",
+                     want.dims, " = (", expected.str(), ")");
     }
   }
   const bool packed_16bit = dtype != DType::kFloat32;
@@ -76,8 +76,8 @@ Status check_tensor(const Tensor& t, const ExpectedTensor& want, DType dtype) {
     if (t.shape[d] <= 1) continue;  // a stride of a size-1 dimension is never used
     if (t.stride[d] < 0) return invalid(want.name, ".stride[", d, "] is ", t.stride[d], " but must not be negative");
     if (t.stride[d] % stride_multiple != 0) {
-      return invalid(want.name, ".stride[", d, "] is ", t.stride[d], " but must be a multiple of ",
-                     stride_multiple, " elements (16 bytes)");
+      return invalid(want.name, ".stride[", d, "] is ", t.stride[d], " but must be a multiple of ", stride_multiple,
+                     " elements (16 bytes)");
     }
   }
   return Status();
@@ -103,8 +103,8 @@ Status check_int_array(const char* name, const IntArray& a, int64_t want_size, b
 }
 
 // Shapes shared by forward and backward: everything Problem holds, taken from q, k and varlen.
-Status resolve_problem(const Tensor& q, const Tensor& k, float softmax_scale, const Mask& mask,
-                       const Varlen& varlen, Problem* p) {
+Status resolve_problem(const Tensor& q, const Tensor& k, float softmax_scale, const Mask& mask, const Varlen& varlen,
+                       Problem* p) {
   if (q.dtype != DType::kFloat16 && q.dtype != DType::kBFloat16) {
     return invalid("q.dtype is ", dtype_name(q.dtype), " but must be float16 or bfloat16");
   }
@@ -121,12 +121,12 @@ Status resolve_problem(const Tensor& q, const Tensor& k, float softmax_scale, co
   const char* k_dims = is_varlen ? "(total_k, heads_kv, head_dim)" : "(batch, seqlen_k, heads_kv, head_dim)";
   if (q.rank != want_rank) return invalid("q.rank is ", q.rank, " but must be ", want_rank, ": ", q_dims);
   if (k.rank != want_rank) return invalid("k.rank is ", k.rank, " but must be ", want_rank, ": ", k_dims);
-  static const char* const kQNames[2][4] = {{"q.shape[0] (batch)", "q.shape[1] (seqlen_q)", "q.shape[2] (heads)",
-                                             "q.shape[3] (head_dim)"},
-                                            {"q.shape[0] (total_q)", "q.shape[1] (heads)", "q.shape[2] (head_dim)", ""}};
-  static const char* const kKNames[2][4] = {{"k.shape[0] (batch)", "k.shape[1] (seqlen_k)", "k.shape[2] (heads_kv)",
-                                             "k.shape[3] (head_dim)"},
-                                            {"k.shape[0] (total_k)", "k.shape[1] (heads_kv)", "k.shape[2] (head_dim)", ""}};
+  static const char* const kQNames[2][4] = {
+      {"q.shape[0] (batch)", "q.shape[1] (seqlen_q)", "q.shape[2] (heads)", "q.shape[3] (head_dim)"},
+      {"q.shape[0] (total_q)", "q.shape[1] (heads)", "q.shape[2] (head_dim)", ""}};
+  static const char* const kKNames[2][4] = {
+      {"k.shape[0] (batch)", "k.shape[1] (seqlen_k)", "k.shape[2] (heads_kv)", "k.shape[3] (head_dim)"},
+      {"k.shape[0] (total_k)", "k.shape[1] (heads_kv)", "k.shape[2] (head_dim)", ""}};
   for (int d = 0; d < want_rank; ++d) {
     if (Status s = check_size(kQNames[is_varlen][d], q.shape[d]); !s.ok()) return s;
     if (Status s = check_size(kKNames[is_varlen][d], k.shape[d]); !s.ok()) return s;
@@ -136,8 +136,8 @@ Status resolve_problem(const Tensor& q, const Tensor& k, float softmax_scale, co
   p->heads_kv = static_cast<int>(k.shape[o]);
   p->head_dim = static_cast<int>(q.shape[o + 1]);
   if (p->head_dim % kHeadDimMultiple != 0 || p->head_dim == 0 || p->head_dim > kMaxHeadDim) {
-    return invalid("head_dim (q.shape[", o + 1, "]) is ", p->head_dim, " but must be a multiple of ",
-                   kHeadDimMultiple, " in [8, ", kMaxHeadDim, "]");
+    return invalid("head_dim (q.shape[", o + 1, "]) is ", p->head_dim, " but must be a multiple of ", kHeadDimMultiple,
+                   " in [8, ", kMaxHeadDim, "]");
   }
   if (p->heads == 0) return invalid("heads (q.shape[", o, "]) is 0 but must be at least 1");
   if (p->heads_kv == 0) return invalid("heads_kv (k.shape[", o, "]) is 0 but must be at least 1");
@@ -190,8 +190,8 @@ Status resolve_problem(const Tensor& q, const Tensor& k, float softmax_scale, co
   p->mask = BandMask::from_args(mask.causal, mask.window_left, mask.window_right);
 
   if (!std::isfinite(softmax_scale)) return invalid("softmax_scale is ", softmax_scale, " but must be finite");
-  p->softmax_scale = softmax_scale == kDefaultSoftmaxScale ? 1.0f / std::sqrt(static_cast<float>(p->head_dim))
-                                                          : softmax_scale;
+  p->softmax_scale =
+      softmax_scale == kDefaultSoftmaxScale ? 1.0f / std::sqrt(static_cast<float>(p->head_dim)) : softmax_scale;
   return Status();
 }
 
@@ -260,25 +260,24 @@ Status validate_backward(const BackwardArgs& a, Problem* p, BackwardTensors* t) 
   *p = Problem{};
   if (Status s = resolve_problem(a.q, a.k, a.softmax_scale, a.mask, a.varlen, p); !s.ok()) return s;
   const TensorCheck checks[] = {
-      {&a.q, expect_q_like("q", *p), p->dtype},       {&a.k, expect_k_like("k", *p), p->dtype},
-      {&a.v, expect_k_like("v", *p), p->dtype},       {&a.o, expect_q_like("o", *p), p->dtype},
+      {&a.q, expect_q_like("q", *p), p->dtype},         {&a.k, expect_k_like("k", *p), p->dtype},
+      {&a.v, expect_k_like("v", *p), p->dtype},         {&a.o, expect_q_like("o", *p), p->dtype},
       {&a.lse, expect_lse("lse", *p), DType::kFloat32}, {&a.dout, expect_q_like("dout", *p), p->dtype},
-      {&a.dq, expect_q_like("dq", *p), p->dtype},     {&a.dk, expect_k_like("dk", *p), p->dtype},
+      {&a.dq, expect_q_like("dq", *p), p->dtype},       {&a.dk, expect_k_like("dk", *p), p->dtype},
       {&a.dv, expect_k_like("dv", *p), p->dtype},
   };
   if (Status s = check_all(checks); !s.ok()) return s;
   const bool v = p->varlen();
-  *t = BackwardTensors{row_tensor(a.q, v),    row_tensor(a.k, v),     row_tensor(a.v, v),
-                       row_tensor(a.o, v),    lse_row_tensor(a.lse, v), row_tensor(a.dout, v),
-                       row_tensor(a.dq, v),   row_tensor(a.dk, v),    row_tensor(a.dv, v)};
+  *t = BackwardTensors{row_tensor(a.q, v),  row_tensor(a.k, v),       row_tensor(a.v, v),
+                       row_tensor(a.o, v),  lse_row_tensor(a.lse, v), row_tensor(a.dout, v),
+                       row_tensor(a.dq, v), row_tensor(a.dk, v),      row_tensor(a.dv, v)};
   return Status();
 }
 
 Status validate_workspace(const Workspace& w, size_t required) {
   if (required == 0) return Status();
   if (w.data == nullptr) {
-    return invalid("workspace.data is null but this backward needs ", required,
-                   " bytes (see backward_workspace_size)");
+    return invalid("workspace.data is null but this backward needs ", required, " bytes (see backward_workspace_size)");
   }
   if (w.bytes < required) {
     return invalid("workspace.bytes is ", w.bytes, " but this backward needs ", required,

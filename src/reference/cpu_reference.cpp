@@ -28,14 +28,13 @@ double dot(const double* a, const double* b, int n) {
 
 // One query row's scores and probabilities over the keys of its sequence.
 struct RowSoftmax {
-  std::vector<int> keys;      // visible keys, in order
-  std::vector<double> prob;   // P for each visible key
+  std::vector<int> keys;     // visible keys, in order
+  std::vector<double> prob;  // P for each visible key
   double lse = -kInf;
 };
 
-RowSoftmax row_softmax(const HostProblem& p, const std::vector<double>& q, const std::vector<double>& k,
-                       Rounding r, int64_t q_row, int head, int64_t k_offset, int i, int seqlen_q,
-                       int seqlen_k) {
+RowSoftmax row_softmax(const HostProblem& p, const std::vector<double>& q, const std::vector<double>& k, Rounding r,
+                       int64_t q_row, int head, int64_t k_offset, int i, int seqlen_q, int seqlen_k) {
   const Packed pq{p.heads, p.head_dim}, pk{p.heads_kv, p.head_dim};
   const int head_kv = head / (p.heads / p.heads_kv);
   RowSoftmax row;
@@ -82,9 +81,7 @@ HostProblem fixed_length_problem(int batch, int seqlen_q, int seqlen_k, int head
   return p;
 }
 
-Rounding rounding_for(DType dtype) {
-  return dtype == DType::kFloat16 ? Rounding::kFloat16 : Rounding::kBFloat16;
-}
+Rounding rounding_for(DType dtype) { return dtype == DType::kFloat16 ? Rounding::kFloat16 : Rounding::kBFloat16; }
 
 double round_to(Rounding rounding, double x) {
   switch (rounding) {

@@ -12,7 +12,7 @@
 namespace hopattn::testing {
 namespace {
 
-constexpr uint16_t kPoison16 = 0xFFFF;      // NaN in both float16 and bfloat16
+constexpr uint16_t kPoison16 = 0xFFFF;       // NaN in both float16 and bfloat16
 constexpr uint32_t kPoison32 = 0xFFFFFFFFu;  // NaN in float32
 
 uint16_t to_bits(DType dtype, float x) {
@@ -61,8 +61,8 @@ DeviceBuffer upload_ints(const std::vector<int32_t>& values) {
 
 AttentionCase::AttentionCase(const CaseSpec& spec) : spec_(spec) {
   if (spec.row_padding % 8 != 0) throw std::invalid_argument("row_padding must be a multiple of 8");
-  const double scale = spec.softmax_scale == kDefaultSoftmaxScale ? 1.0 / std::sqrt(double(spec.head_dim))
-                                                                  : double(spec.softmax_scale);
+  const double scale =
+      spec.softmax_scale == kDefaultSoftmaxScale ? 1.0 / std::sqrt(double(spec.head_dim)) : double(spec.softmax_scale);
   const BandMask mask = BandMask::from_args(spec.causal, spec.window_left, spec.window_right);
   if (spec.varlen()) {
     host_.heads = spec.heads;
@@ -115,7 +115,9 @@ int64_t AttentionCase::rows(Side side) const { return side == Side::kQuery ? hos
 int AttentionCase::heads(Side side) const { return side == Side::kQuery ? spec_.heads : spec_.heads_kv; }
 int64_t AttentionCase::row_stride(Side side) const { return side == Side::kQuery ? row_stride_q_ : row_stride_k_; }
 
-size_t AttentionCase::row_buffer_bytes(Side side) const { return size_t(rows(side) * row_stride(side)) * sizeof(uint16_t); }
+size_t AttentionCase::row_buffer_bytes(Side side) const {
+  return size_t(rows(side) * row_stride(side)) * sizeof(uint16_t);
+}
 
 size_t AttentionCase::input_bytes() const { return q_.bytes() + k_.bytes() + v_.bytes() + dout_.bytes(); }
 
@@ -193,11 +195,20 @@ BackwardArgs AttentionCase::backward_args(const Outputs& forward, const Outputs&
 std::vector<double> AttentionCase::input(Field field) const {
   const std::vector<uint16_t>* bits = nullptr;
   switch (field) {
-    case Field::kQ: bits = &q_bits_; break;
-    case Field::kK: bits = &k_bits_; break;
-    case Field::kV: bits = &v_bits_; break;
-    case Field::kDout: bits = &dout_bits_; break;
-    default: throw std::invalid_argument("input(): not an input field");
+    case Field::kQ:
+      bits = &q_bits_;
+      break;
+    case Field::kK:
+      bits = &k_bits_;
+      break;
+    case Field::kV:
+      bits = &v_bits_;
+      break;
+    case Field::kDout:
+      bits = &dout_bits_;
+      break;
+    default:
+      throw std::invalid_argument("input(): not an input field");
   }
   std::vector<double> values(bits->size());
   for (size_t e = 0; e < values.size(); ++e) values[e] = from_bits(spec_.dtype, (*bits)[e]);
@@ -229,11 +240,20 @@ Downloaded AttentionCase::download(const Outputs& out, Field field) const {
   }
   const DeviceBuffer* buffer = nullptr;
   switch (field) {
-    case Field::kO: buffer = &out.o; break;
-    case Field::kDq: buffer = &out.dq; break;
-    case Field::kDk: buffer = &out.dk; break;
-    case Field::kDv: buffer = &out.dv; break;
-    default: throw std::invalid_argument("download(): not an output field");
+    case Field::kO:
+      buffer = &out.o;
+      break;
+    case Field::kDq:
+      buffer = &out.dq;
+      break;
+    case Field::kDk:
+      buffer = &out.dk;
+      break;
+    case Field::kDv:
+      buffer = &out.dv;
+      break;
+    default:
+      throw std::invalid_argument("download(): not an output field");
   }
   const Side side = field == Field::kO || field == Field::kDq ? Side::kQuery : Side::kKey;
   const int64_t n_rows = rows(side);

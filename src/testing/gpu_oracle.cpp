@@ -30,8 +30,7 @@ ReferenceRun run_reference(const AttentionCase& c, const Outputs& api_forward, R
       throw std::logic_error("oracle: backward arguments do not validate");
     }
     DeviceBuffer workspace(reference_backward_workspace_bytes(problem, precision));
-    check_cuda(reference_backward(problem, backward_tensors, workspace.data(), precision, nullptr),
-               "oracle backward");
+    check_cuda(reference_backward(problem, backward_tensors, workspace.data(), precision, nullptr), "oracle backward");
     check_cuda(cudaDeviceSynchronize(), "oracle backward");  // before the workspace is freed
   }
   check_cuda(cudaDeviceSynchronize(), "oracle");
@@ -52,8 +51,10 @@ std::vector<ErrorReport> check_with_gpu_oracle(const AttentionCase& c, const Out
     bool backward;
     DType dtype;
   };
-  const Check checks[] = {{"o", Field::kO, false, dtype},   {"lse", Field::kLse, false, DType::kFloat32},
-                          {"dq", Field::kDq, true, dtype},  {"dk", Field::kDk, true, dtype},
+  const Check checks[] = {{"o", Field::kO, false, dtype},
+                          {"lse", Field::kLse, false, DType::kFloat32},
+                          {"dq", Field::kDq, true, dtype},
+                          {"dk", Field::kDk, true, dtype},
                           {"dv", Field::kDv, true, dtype}};
   std::vector<ErrorReport> reports;
   for (const Check& check : checks) {

@@ -19,8 +19,8 @@ struct ErrorReport {
   double atol = 0;
   double multiplier = 2;
   size_t checked = 0;
-  size_t nonfinite = 0;         // real elements that came back NaN/inf or unwritten
-  size_t wrongly_written = 0;   // elements that must stay untouched but were written
+  size_t nonfinite = 0;        // real elements that came back NaN/inf or unwritten
+  size_t wrongly_written = 0;  // elements that must stay untouched but were written
   bool ok = false;
 
   std::string str() const;

@@ -106,11 +106,21 @@ TEST(BlockRange, MatchesBruteForceOnRandomProblems) {
     c.block_m = blocks[pick(0, 9)];
     c.block_n = blocks[pick(0, 9)];
     switch (pick(0, 4)) {
-      case 0: c.mask = BandMask{}; break;                                    // none
-      case 1: c.mask = BandMask::from_args(true, -1, -1); break;             // causal
-      case 2: c.mask = BandMask{pick(0, 300), pick(0, 300)}; break;          // two-sided window
-      case 3: c.mask = BandMask::from_args(true, pick(0, 300), -1); break;   // causal local
-      default: c.mask = BandMask{pick(0, 1) ? -1 : pick(0, 50), pick(0, 1) ? -1 : pick(0, 50)}; break;
+      case 0:
+        c.mask = BandMask{};
+        break;  // none
+      case 1:
+        c.mask = BandMask::from_args(true, -1, -1);
+        break;  // causal
+      case 2:
+        c.mask = BandMask{pick(0, 300), pick(0, 300)};
+        break;  // two-sided window
+      case 3:
+        c.mask = BandMask::from_args(true, pick(0, 300), -1);
+        break;  // causal local
+      default:
+        c.mask = BandMask{pick(0, 1) ? -1 : pick(0, 50), pick(0, 1) ? -1 : pick(0, 50)};
+        break;
     }
     check_case(c);
     if (::testing::Test::HasFatalFailure()) return;

@@ -69,7 +69,8 @@ TEST(CApi, NullAndUninitialisedArgs) {
   hopattn_backward_args_init(&b);
   size_t bytes = 0;
   EXPECT_EQ(hopattn_backward_workspace_size(&b, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(hopattn_last_error()).find("q.rank is 0 but must be 4"), std::string::npos) << hopattn_last_error();
+  EXPECT_NE(std::string(hopattn_last_error()).find("q.rank is 0 but must be 4"), std::string::npos)
+      << hopattn_last_error();
 }
 
 TEST(CApi, ShorterStructFromAnOlderHeaderGetsDefaults) {

@@ -80,7 +80,8 @@ TEST(CpuReference, CausalMaskBottomRightWithMoreQueriesLeavesEmptyRows) {
   const BandMask causal = BandMask::from_args(true, -1, -1);
   expect_pattern(causal, 4, 2, {{0, 0}, {0, 0}, {1, 0}, {1, 1}});
   HostProblem p = fixed_length_problem(1, 4, 2, 1, 1, 8, 0.5, causal);
-  const ForwardResult r = forward(p, random_values(q_size(p), 3), random_values(k_size(p), 4), random_values(k_size(p), 5));
+  const ForwardResult r =
+      forward(p, random_values(q_size(p), 3), random_values(k_size(p), 4), random_values(k_size(p), 5));
   EXPECT_EQ(r.lse[0], -INFINITY);
   EXPECT_EQ(r.lse[1], -INFINITY);
   EXPECT_TRUE(std::isfinite(r.lse[2]));
@@ -172,7 +173,9 @@ TEST(CpuReference, SequsedRowsAreRealAndTheRestUntouched) {
   const ForwardResult r = forward(p, q, k, v);
   const BackwardResult g = backward(p, q, k, v, dout);
   HostProblem truncated = fixed_length_problem(1, 4, 5, 1, 1, 8, 0.3, BandMask{});
-  const auto head = [](const std::vector<double>& t, int n) { return std::vector<double>(t.begin(), t.begin() + n * 8); };
+  const auto head = [](const std::vector<double>& t, int n) {
+    return std::vector<double>(t.begin(), t.begin() + n * 8);
+  };
   const ForwardResult rt = forward(truncated, head(q, 4), head(k, 5), head(v, 5));
   const BackwardResult gt = backward(truncated, head(q, 4), head(k, 5), head(v, 5), head(dout, 4));
   EXPECT_EQ(head(r.o, 4), rt.o);
@@ -232,7 +235,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(CpuReference, RoundingEmulationRoundsToTheDtype) {
   EXPECT_EQ(round_to(Rounding::kNone, 1.0 + 1e-9), 1.0 + 1e-9);
-  EXPECT_EQ(round_to(Rounding::kBFloat16, 1.0 + 1.0 / 512), 1.0);        // below half an ulp (2^-7)
+  EXPECT_EQ(round_to(Rounding::kBFloat16, 1.0 + 1.0 / 512), 1.0);             // below half an ulp (2^-7)
   EXPECT_EQ(round_to(Rounding::kFloat16, 1.0 + 1.0 / 512), 1.0 + 1.0 / 512);  // fp16 ulp is 2^-10
 }
 

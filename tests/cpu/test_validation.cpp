@@ -139,8 +139,10 @@ TEST(Validation, MisalignedPointers) {
 }
 
 TEST(Validation, Strides) {
-  expect_forward_invalid([](ForwardArgs& a) { a.q.stride[1] = kHeads * kDim + 4; }, "q.stride[1] is 1028 but must be a multiple of 8");
-  expect_forward_invalid([](ForwardArgs& a) { a.k.stride[3] = 2; }, "k.stride[3] is 2 but the last dimension must be contiguous");
+  expect_forward_invalid([](ForwardArgs& a) { a.q.stride[1] = kHeads * kDim + 4; },
+                         "q.stride[1] is 1028 but must be a multiple of 8");
+  expect_forward_invalid([](ForwardArgs& a) { a.k.stride[3] = 2; },
+                         "k.stride[3] is 2 but the last dimension must be contiguous");
   expect_backward_invalid([](BackwardArgs& a) { a.dout.stride[2] = 12; }, "dout.stride[2] is 12");
   expect_forward_invalid([](ForwardArgs& a) { a.o.stride[0] = -8; }, "o.stride[0] is -8 but must not be negative");
   expect_forward_invalid([](ForwardArgs& a) { a.lse.stride[2] = 2; }, "lse.stride[2] is 2");
@@ -157,10 +159,12 @@ TEST(Validation, Strides) {
 }
 
 TEST(Validation, DTypes) {
-  expect_forward_invalid([](ForwardArgs& a) { a.k.dtype = DType::kFloat16; }, "k.dtype is float16 but must be bfloat16");
+  expect_forward_invalid([](ForwardArgs& a) { a.k.dtype = DType::kFloat16; },
+                         "k.dtype is float16 but must be bfloat16");
   expect_forward_invalid([](ForwardArgs& a) { a.q.dtype = a.k.dtype = a.v.dtype = a.o.dtype = DType::kFloat32; },
                          "q.dtype is float32 but must be float16 or bfloat16");
-  expect_forward_invalid([](ForwardArgs& a) { a.lse.dtype = DType::kBFloat16; }, "lse.dtype is bfloat16 but must be float32");
+  expect_forward_invalid([](ForwardArgs& a) { a.lse.dtype = DType::kBFloat16; },
+                         "lse.dtype is bfloat16 but must be float32");
   expect_backward_invalid([](BackwardArgs& a) { a.dv.dtype = DType::kFloat16; }, "dv.dtype is float16");
   expect_forward_invalid([](ForwardArgs& a) { a.q.dtype = static_cast<DType>(7); }, "q.dtype is unknown dtype");
 }
@@ -174,34 +178,44 @@ TEST(Validation, HeadDim) {
       t->stride[0] = t->stride[1] * t->shape[1];
     }
   };
-  expect_forward_invalid([&](ForwardArgs& a) { set_dim(a, 12); }, "head_dim (q.shape[3]) is 12 but must be a multiple of 8");
+  expect_forward_invalid([&](ForwardArgs& a) { set_dim(a, 12); },
+                         "head_dim (q.shape[3]) is 12 but must be a multiple of 8");
   expect_forward_invalid([&](ForwardArgs& a) { set_dim(a, 264); }, "is 264 but must be a multiple of 8 in [8, 256]");
   expect_forward_invalid([&](ForwardArgs& a) { set_dim(a, 0); }, "is 0 but must be");
   expect_forward_invalid([](ForwardArgs& a) { a.k.shape[3] = a.v.shape[3] = 64; }, "k.shape[3] is 64 but must be 128");
 }
 
 TEST(Validation, Heads) {
-  expect_forward_invalid([](ForwardArgs& a) { a.k.shape[2] = a.v.shape[2] = 3; }, "heads (8) must be a multiple of heads_kv (3)");
+  expect_forward_invalid([](ForwardArgs& a) { a.k.shape[2] = a.v.shape[2] = 3; },
+                         "heads (8) must be a multiple of heads_kv (3)");
   expect_forward_invalid([](ForwardArgs& a) { a.k.shape[2] = a.v.shape[2] = 0; }, "heads_kv (k.shape[2]) is 0");
   expect_forward_invalid([](ForwardArgs& a) { a.v.shape[2] = 4; }, "v.shape[2] is 4 but must be 2");
 }
 
 TEST(Validation, NegativeAndMismatchedSizes) {
-  expect_forward_invalid([](ForwardArgs& a) { a.q.shape[1] = -5; }, "q.shape[1] (seqlen_q) is -5 but must not be negative");
+  expect_forward_invalid([](ForwardArgs& a) { a.q.shape[1] = -5; },
+                         "q.shape[1] (seqlen_q) is -5 but must not be negative");
   expect_forward_invalid([](ForwardArgs& a) { a.k.shape[0] = -1; }, "k.shape[0] (batch) is -1");
-  expect_forward_invalid([](ForwardArgs& a) { a.k.shape[0] = a.v.shape[0] = 3; }, "k.shape[0] (batch) is 3 but must equal");
+  expect_forward_invalid([](ForwardArgs& a) { a.k.shape[0] = a.v.shape[0] = 3; },
+                         "k.shape[0] (batch) is 3 but must equal");
   expect_forward_invalid([](ForwardArgs& a) { a.o.shape[1] = 65; }, "o.shape[1] is 65 but must be 64");
   expect_forward_invalid([](ForwardArgs& a) { a.lse.shape[2] = 63; }, "lse.shape[2] is 63 but must be 64");
   expect_forward_invalid([](ForwardArgs& a) { a.q.rank = 3; }, "q.rank is 3 but must be 4");
   expect_forward_invalid(
-      [](ForwardArgs& a) { a.q = make_tensor(fake(1), DType::kBFloat16, {1, kBatch, kSeqQ, kHeads, kDim}); },
+      [](ForwardArgs& a) {
+        a.q = make_tensor(fake(1), DType::kBFloat16, {1, kBatch, kSeqQ, kHeads, kDim});
+      },
       "q.rank is 5 but must be 4");
 }
 
 TEST(Validation, MaskAndScale) {
   expect_forward_invalid([](ForwardArgs& a) { a.mask.window_left = -2; }, "mask.window_left is -2 but must be >= -1");
   expect_forward_invalid([](ForwardArgs& a) { a.mask.window_right = -7; }, "mask.window_right is -7");
-  expect_forward_invalid([](ForwardArgs& a) { a.mask = Mask{true, -1, 4}; }, "mask.causal is set with mask.window_right = 4");
+  expect_forward_invalid(
+      [](ForwardArgs& a) {
+        a.mask = Mask{true, -1, 4};
+      },
+      "mask.causal is set with mask.window_right = 4");
   expect_forward_invalid([](ForwardArgs& a) { a.softmax_scale = NAN; }, "softmax_scale is nan but must be finite");
   expect_forward_invalid([](ForwardArgs& a) { a.softmax_scale = INFINITY; }, "softmax_scale is inf");
 }
@@ -216,20 +230,29 @@ TEST(Validation, Varlen) {
   expect_forward_invalid([](ForwardArgs& a) { a.varlen.cu_seqlens_q.size = 0; },
                          "varlen.cu_seqlens_q.size is 0 but must be batch + 1 >= 1", varlen);
   expect_forward_invalid(
-      [](ForwardArgs& a) { a.varlen.seqused_k = IntArray{static_cast<const int32_t*>(fake(12)), 4}; },
+      [](ForwardArgs& a) {
+        a.varlen.seqused_k = IntArray{static_cast<const int32_t*>(fake(12)), 4};
+      },
       "varlen.seqused_k.size is 4 but must be 3", varlen);
   expect_forward_invalid([](ForwardArgs& a) { a.varlen.max_seqlen_q = -1; }, "varlen.max_seqlen_q is -1", varlen);
   expect_forward_invalid(
-      [](ForwardArgs& a) { a.varlen.cu_seqlens_q.data = static_cast<const int32_t*>(static_cast<void*>(static_cast<char*>(fake(10)) + 2)); },
+      [](ForwardArgs& a) {
+        a.varlen.cu_seqlens_q.data = static_cast<const int32_t*>(static_cast<void*>(static_cast<char*>(fake(10)) + 2));
+      },
       "varlen.cu_seqlens_q.data", varlen);
   // seqused needs varlen.
   expect_forward_invalid(
-      [](ForwardArgs& a) { a.varlen.seqused_q = IntArray{static_cast<const int32_t*>(fake(12)), kBatch}; },
+      [](ForwardArgs& a) {
+        a.varlen.seqused_q = IntArray{static_cast<const int32_t*>(fake(12)), kBatch};
+      },
       "varlen.seqused_q is given without varlen.cu_seqlens_q/cu_seqlens_k");
   // Varlen tensors are (tokens, heads, head_dim).
   expect_forward_invalid([](ForwardArgs& a) { a.q = valid_forward().q; }, "q.rank is 4 but must be 3", varlen);
-  expect_forward_invalid([](ForwardArgs& a) { a.lse = make_tensor(fake(5), DType::kFloat32, {100, kHeads}); },
-                         "lse.shape[0] is 100 but must be 8", varlen);
+  expect_forward_invalid(
+      [](ForwardArgs& a) {
+        a.lse = make_tensor(fake(5), DType::kFloat32, {100, kHeads});
+      },
+      "lse.shape[0] is 100 but must be 8", varlen);
 }
 
 TEST(Validation, Workspace) {
@@ -239,8 +262,7 @@ TEST(Validation, Workspace) {
   EXPECT_GT(bytes, 0u);
   expect_invalid(backward(a, Workspace{}, nullptr), "workspace.data is null but this backward needs");
   expect_invalid(backward(a, Workspace{fake(20), bytes - 1}, nullptr), "workspace.bytes is");
-  expect_invalid(backward(a, Workspace{static_cast<char*>(fake(20)) + 8, bytes}, nullptr),
-                 "workspace.data = ");
+  expect_invalid(backward(a, Workspace{static_cast<char*>(fake(20)) + 8, bytes}, nullptr), "workspace.data = ");
   expect_invalid(backward_workspace_size(a, nullptr), "bytes is null");
 }
 

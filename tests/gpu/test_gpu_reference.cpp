@@ -1,9 +1,8 @@
 // The GPU path (today: the reference kernels behind forward()/backward()) against the float64 CPU
 // reference with FA3's tolerance rule, fresh random inputs and poisoned outputs; the float64 GPU
 // oracle on a larger problem; zero-size problems; determinism; the C ABI on the device.
-#include <gtest/gtest.h>
-
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <cstring>
 #include <iostream>

@@ -21,9 +21,7 @@ struct BlockRange {
 
 namespace detail {
 
-HOPATTN_HOST_DEVICE long long floor_div(long long a, long long b) {
-  return a >= 0 ? a / b : -((-a + b - 1) / b);
-}
+HOPATTN_HOST_DEVICE long long floor_div(long long a, long long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 HOPATTN_HOST_DEVICE long long ceil_div(long long a, long long b) { return -floor_div(-a, b); }
 HOPATTN_HOST_DEVICE long long max_ll(long long a, long long b) { return a > b ? a : b; }
 HOPATTN_HOST_DEVICE long long min_ll(long long a, long long b) { return a < b ? a : b; }
@@ -56,8 +54,7 @@ HOPATTN_HOST_DEVICE BlockRange unmasked_inner_blocks(BandMask mask, int outer_bl
   // The block must start at or after the last row's left edge and end by the first row's right
   // edge, and must not reach past inner_len.
   const long long lo = mask.left >= 0 ? max_ll(0, last_row + shift - mask.left) : 0;
-  const long long hi_exclusive =
-      mask.right >= 0 ? min_ll(inner_len, first_row + shift + mask.right + 1) : inner_len;
+  const long long hi_exclusive = mask.right >= 0 ? min_ll(inner_len, first_row + shift + mask.right + 1) : inner_len;
   const long long begin = ceil_div(lo, inner_block_size);
   const long long end = floor_div(hi_exclusive, inner_block_size);
   if (begin >= end) return BlockRange{visible.end, visible.end};
@@ -67,8 +64,8 @@ HOPATTN_HOST_DEVICE BlockRange unmasked_inner_blocks(BandMask mask, int outer_bl
 }  // namespace detail
 
 // Forward: key blocks (kBlockN) that query block m_block (kBlockM rows) must visit.
-HOPATTN_HOST_DEVICE BlockRange n_block_range(BandMask mask, int m_block, int block_m, int block_n,
-                                             int seqlen_q, int seqlen_k) {
+HOPATTN_HOST_DEVICE BlockRange n_block_range(BandMask mask, int m_block, int block_m, int block_n, int seqlen_q,
+                                             int seqlen_k) {
   return detail::visible_inner_blocks(mask, m_block, block_m, block_n, seqlen_q, seqlen_k);
 }
 
@@ -79,8 +76,8 @@ HOPATTN_HOST_DEVICE BlockRange n_block_range_unmasked(BandMask mask, int m_block
 }
 
 // Backward: query blocks (kBlockM) that key block n_block (kBlockN keys) must visit.
-HOPATTN_HOST_DEVICE BlockRange m_block_range(BandMask mask, int n_block, int block_m, int block_n,
-                                             int seqlen_q, int seqlen_k) {
+HOPATTN_HOST_DEVICE BlockRange m_block_range(BandMask mask, int n_block, int block_m, int block_n, int seqlen_q,
+                                             int seqlen_k) {
   return detail::visible_inner_blocks(mask.transposed(), n_block, block_n, block_m, seqlen_k, seqlen_q);
 }
 

@@ -24,8 +24,7 @@ struct BandMask {
 };
 
 // Whether key j (of seqlen_k) is visible to query i (of seqlen_q). Out-of-range indices are hidden.
-HOPATTN_HOST_DEVICE bool is_visible(BandMask mask, long long i, long long j, long long seqlen_q,
-                                    long long seqlen_k) {
+HOPATTN_HOST_DEVICE bool is_visible(BandMask mask, long long i, long long j, long long seqlen_q, long long seqlen_k) {
   if (i < 0 || i >= seqlen_q || j < 0 || j >= seqlen_k) return false;
   const long long diagonal = i + seqlen_k - seqlen_q;
   if (mask.left >= 0 && j < diagonal - mask.left) return false;

@@ -12,15 +12,15 @@
 namespace hopattn {
 
 enum class ReferencePrecision {
-  kFloat32,             // fp32 accumulation: what forward()/backward() run
-  kFloat64,             // fp64 accumulation: the high-precision oracle on the GPU
-  kNaiveLowPrecision,   // fp32 math with every intermediate (S, P, dP, dS) rounded to the input
-                        // dtype, like a framework computing attention op by op; the error bound
-                        // of FA3's tolerance rule
+  kFloat32,            // fp32 accumulation: what forward()/backward() run
+  kFloat64,            // fp64 accumulation: the high-precision oracle on the GPU
+  kNaiveLowPrecision,  // fp32 math with every intermediate (S, P, dP, dS) rounded to the input
+                       // dtype, like a framework computing attention op by op; the error bound
+                       // of FA3's tolerance rule
 };
 
-cudaError_t reference_forward(const Problem& problem, const ForwardTensors& tensors,
-                              ReferencePrecision precision, cudaStream_t stream);
+cudaError_t reference_forward(const Problem& problem, const ForwardTensors& tensors, ReferencePrecision precision,
+                              cudaStream_t stream);
 
 size_t reference_backward_workspace_bytes(const Problem& problem, ReferencePrecision precision);
 

@@ -29,8 +29,8 @@ struct PairGradients {
 
 template <typename T, typename Acc>
 __device__ PairGradients<Acc> pair_gradients(const BackwardParams& params, const WarpRow<Acc>& q,
-                                                const WarpRow<Acc>& dout, const T* k, const T* v, Acc lse,
-                                                Acc row_dot, int lane) {
+                                             const WarpRow<Acc>& dout, const T* k, const T* v, Acc lse, Acc row_dot,
+                                             int lane) {
   const Problem& p = params.problem;
   const bool rnd = params.round_to_input;
   const Acc qk = maybe_round<T>(q.dot(k, p.head_dim, lane), rnd);

@@ -6,10 +6,10 @@
 #include <cuda_fp16.h>
 
 #include "api/problem.hpp"
-#include "kernels/reference/reference_attention.hpp"
 #include "kernels/common/block_range.hpp"
 #include "kernels/common/mask.hpp"
 #include "kernels/common/seqlen.hpp"
+#include "kernels/reference/reference_attention.hpp"
 
 namespace hopattn::reference_detail {
 
@@ -20,13 +20,27 @@ constexpr int kThreadsPerBlock = 128;
 constexpr int kWarpsPerBlock = kThreadsPerBlock / kWarpSize;
 constexpr int kMaxBlocks = 1 << 16;  // warps loop (grid-stride) beyond this
 
-template <typename T> __device__ __forceinline__ float to_float(T x);
-template <> __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-template <> __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ __forceinline__ float to_float(T x);
+template <>
+__device__ __forceinline__ float to_float(__half x) {
+  return __half2float(x);
+}
+template <>
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
 
-template <typename T> __device__ __forceinline__ T from_float(float x);
-template <> __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ __half from_float(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float(float x) {
+  return __float2bfloat16_rn(x);
+}
 
 // Rounds an intermediate to the input dtype when emulating a naive low-precision computation.
 template <typename T, typename Acc>
@@ -113,7 +127,10 @@ __device__ inline RowLocation locate_token(const SequenceLayout& layout, int bat
     int lo = 0, hi = batch;
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
-      if (layout.cu_seqlens[mid] <= token) lo = mid; else hi = mid - 1;
+      if (layout.cu_seqlens[mid] <= token)
+        lo = mid;
+      else
+        hi = mid - 1;
     }
     b = lo;
   } else {
