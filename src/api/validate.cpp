@@ -1,10 +1,13 @@
 #include "api/validate.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace hopattn {
 namespace {
@@ -45,8 +48,28 @@ Status check_pointer(const char* name, const void* data, int64_t elements, int64
   return Status();
 }
 
+// An output whose elements share memory would make the result depend on the order of writes:
+// sorted by stride, each dimension must start past everything the smaller ones span.
+Status check_no_self_overlap(const Tensor& t, const char* name) {
+  std::vector<std::pair<int64_t, int>> dims;  // (stride, dimension) of dimensions of size > 1
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.shape[d] > 1) dims.emplace_back(t.stride[d], d);
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 1;  // elements covered by the dimensions already seen
+  for (const auto& [stride, d] : dims) {
+    if (stride < span) {
+      return invalid(name, ".stride[", d, "] is ", stride, ", so ", name,
+                     " overlaps itself (its smaller dimensions span ", span,
+                     " elements); an output needs its own memory for every element");
+    }
+    span += stride * (t.shape[d] - 1);
+  }
+  return Status();
+}
+
 // dtype, rank, shape, pointer and strides of one tensor against what the problem needs.
-Status check_tensor(const Tensor& t, const ExpectedTensor& want, DType dtype) {
+Status check_tensor(const Tensor& t, const ExpectedTensor& want, DType dtype, bool written) {
   if (t.dtype != dtype) {
     return invalid(want.name, ".dtype is ", dtype_name(t.dtype), " but must be ", dtype_name(dtype),
                    dtype == DType::kFloat32 ? "" : " (the dtype of q)");
@@ -80,7 +103,7 @@ Status check_tensor(const Tensor& t, const ExpectedTensor& want, DType dtype) {
                      " elements (16 bytes)");
     }
   }
-  return Status();
+  return written ? check_no_self_overlap(t, want.name) : Status();
 }
 
 Status check_size(const char* what, int64_t value) {
@@ -225,12 +248,13 @@ struct TensorCheck {
   const Tensor* tensor;
   ExpectedTensor expected;
   DType dtype;
+  bool written;
 };
 
 template <size_t N>
 Status check_all(const TensorCheck (&checks)[N]) {
   for (const TensorCheck& c : checks) {
-    if (Status s = check_tensor(*c.tensor, c.expected, c.dtype); !s.ok()) return s;
+    if (Status s = check_tensor(*c.tensor, c.expected, c.dtype, c.written); !s.ok()) return s;
   }
   return Status();
 }
@@ -241,14 +265,14 @@ Status validate_forward(const ForwardArgs& a, Problem* p, ForwardTensors* t) {
   *p = Problem{};
   if (Status s = resolve_problem(a.q, a.k, a.softmax_scale, a.mask, a.varlen, p); !s.ok()) return s;
   const TensorCheck checks[] = {
-      {&a.q, expect_q_like("q", *p), p->dtype},
-      {&a.k, expect_k_like("k", *p), p->dtype},
-      {&a.v, expect_k_like("v", *p), p->dtype},
-      {&a.o, expect_q_like("o", *p), p->dtype},
+      {&a.q, expect_q_like("q", *p), p->dtype, false},
+      {&a.k, expect_k_like("k", *p), p->dtype, false},
+      {&a.v, expect_k_like("v", *p), p->dtype, false},
+      {&a.o, expect_q_like("o", *p), p->dtype, true},
   };
   if (Status s = check_all(checks); !s.ok()) return s;
   if (a.lse.data != nullptr) {
-    if (Status s = check_tensor(a.lse, expect_lse("lse", *p), DType::kFloat32); !s.ok()) return s;
+    if (Status s = check_tensor(a.lse, expect_lse("lse", *p), DType::kFloat32, true); !s.ok()) return s;
   }
   const bool v = p->varlen();
   *t = ForwardTensors{row_tensor(a.q, v), row_tensor(a.k, v), row_tensor(a.v, v), row_tensor(a.o, v),
@@ -260,11 +284,11 @@ Status validate_backward(const BackwardArgs& a, Problem* p, BackwardTensors* t) 
   *p = Problem{};
   if (Status s = resolve_problem(a.q, a.k, a.softmax_scale, a.mask, a.varlen, p); !s.ok()) return s;
   const TensorCheck checks[] = {
-      {&a.q, expect_q_like("q", *p), p->dtype},         {&a.k, expect_k_like("k", *p), p->dtype},
-      {&a.v, expect_k_like("v", *p), p->dtype},         {&a.o, expect_q_like("o", *p), p->dtype},
-      {&a.lse, expect_lse("lse", *p), DType::kFloat32}, {&a.dout, expect_q_like("dout", *p), p->dtype},
-      {&a.dq, expect_q_like("dq", *p), p->dtype},       {&a.dk, expect_k_like("dk", *p), p->dtype},
-      {&a.dv, expect_k_like("dv", *p), p->dtype},
+      {&a.q, expect_q_like("q", *p), p->dtype, false},         {&a.k, expect_k_like("k", *p), p->dtype, false},
+      {&a.v, expect_k_like("v", *p), p->dtype, false},         {&a.o, expect_q_like("o", *p), p->dtype, false},
+      {&a.lse, expect_lse("lse", *p), DType::kFloat32, false}, {&a.dout, expect_q_like("dout", *p), p->dtype, false},
+      {&a.dq, expect_q_like("dq", *p), p->dtype, true},        {&a.dk, expect_k_like("dk", *p), p->dtype, true},
+      {&a.dv, expect_k_like("dv", *p), p->dtype, true},
   };
   if (Status s = check_all(checks); !s.ok()) return s;
   const bool v = p->varlen();

@@ -119,8 +119,6 @@ size_t AttentionCase::row_buffer_bytes(Side side) const {
   return size_t(rows(side) * row_stride(side)) * sizeof(uint16_t);
 }
 
-size_t AttentionCase::input_bytes() const { return q_.bytes() + k_.bytes() + v_.bytes() + dout_.bytes(); }
-
 Tensor AttentionCase::row_tensor(void* data, Side side) const {
   const int64_t stride = row_stride(side);
   const int d = spec_.head_dim;

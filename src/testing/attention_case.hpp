@@ -66,9 +66,6 @@ class AttentionCase {
   std::vector<double> input(Field field) const;
   Downloaded download(const Outputs& out, Field field) const;
 
-  // Bytes of the inputs Q, K, V, dO on the device (for bandwidth and L2 estimates).
-  size_t input_bytes() const;
-
  private:
   enum class Side { kQuery, kKey };  // Q/O/dO/dQ rows or K/V/dK/dV rows
   Tensor row_tensor(void* data, Side side) const;

@@ -158,6 +158,22 @@ TEST(Validation, Strides) {
   EXPECT_TRUE(validate_forward(a, &p, &t).ok()) << validate_forward(a, &p, &t).message();
 }
 
+TEST(Validation, OutputsMustNotOverlapThemselves) {
+  // Rows 8 elements apart while each row holds heads * head_dim = 1024 elements.
+  expect_forward_invalid([](ForwardArgs& a) { a.o.stride[1] = 8; }, "o.stride[1] is 8, so o overlaps itself");
+  expect_backward_invalid([](BackwardArgs& a) { a.dk.stride[0] = 0; }, "dk.stride[0] is 0, so dk overlaps itself");
+  expect_forward_invalid([](ForwardArgs& a) { a.lse.stride[1] = 1; }, "lse overlaps itself");
+  // Inputs may share memory (a broadcast K, say); heads-major layouts are fine for outputs.
+  Problem p;
+  ForwardTensors t;
+  ForwardArgs a = valid_forward();
+  a.k.stride[0] = 0;
+  a.v.stride[0] = 0;
+  a.o = make_tensor(fake(4), DType::kBFloat16, {kBatch, kSeqQ, kHeads, kDim},
+                    {kHeads * kSeqQ * kDim, kDim, kSeqQ * kDim, 1});
+  EXPECT_TRUE(validate_forward(a, &p, &t).ok()) << validate_forward(a, &p, &t).message();
+}
+
 TEST(Validation, DTypes) {
   expect_forward_invalid([](ForwardArgs& a) { a.k.dtype = DType::kFloat16; },
                          "k.dtype is float16 but must be bfloat16");
