@@ -39,8 +39,7 @@ ReferenceRun run_reference(const AttentionCase& c, const Outputs& api_forward, R
 
 }  // namespace
 
-std::vector<ErrorReport> check_with_gpu_oracle(const AttentionCase& c, const Outputs& forward_out,
-                                               const Outputs* grads) {
+OracleReports check_with_gpu_oracle(const AttentionCase& c, const Outputs& forward_out, const Outputs* grads) {
   const bool with_backward = grads != nullptr;
   const ReferenceRun exact = run_reference(c, forward_out, ReferencePrecision::kFloat64, with_backward);
   const ReferenceRun naive = run_reference(c, forward_out, ReferencePrecision::kNaiveLowPrecision, with_backward);
@@ -56,15 +55,16 @@ std::vector<ErrorReport> check_with_gpu_oracle(const AttentionCase& c, const Out
                           {"dq", Field::kDq, true, dtype},
                           {"dk", Field::kDk, true, dtype},
                           {"dv", Field::kDv, true, dtype}};
-  std::vector<ErrorReport> reports;
+  OracleReports reports;
   for (const Check& check : checks) {
     if (check.backward && !with_backward) continue;
     const Outputs& got = check.backward ? *grads : forward_out;
     const Outputs& want = check.backward ? exact.grads : exact.fwd;
     const Outputs& bound = check.backward ? naive.grads : naive.fwd;
-    reports.push_back(check_against_reference(check.name, c.download(got, check.field),
-                                              c.download(want, check.field).values,
-                                              c.download(bound, check.field).values, check.dtype));
+    (check.backward ? reports.backward : reports.forward)
+        .push_back(check_against_reference(check.name, c.download(got, check.field),
+                                           c.download(want, check.field).values, c.download(bound, check.field).values,
+                                           check.dtype));
   }
   return reports;
 }

@@ -9,9 +9,13 @@
 
 namespace hopattn::testing {
 
+struct OracleReports {
+  std::vector<ErrorReport> forward;   // O, LSE
+  std::vector<ErrorReport> backward;  // dQ, dK, dV (empty when no gradients were given)
+};
+
 // `forward_out` holds O and LSE from forward(); `grads` (optional) dQ, dK, dV from the backward
-// of that forward. One report per checked output.
-std::vector<ErrorReport> check_with_gpu_oracle(const AttentionCase& c, const Outputs& forward_out,
-                                               const Outputs* grads);
+// of that forward.
+OracleReports check_with_gpu_oracle(const AttentionCase& c, const Outputs& forward_out, const Outputs* grads);
 
 }  // namespace hopattn::testing
