@@ -298,6 +298,16 @@ TEST(Validation, ZeroSizeProblemsAreValid) {
   a = valid_forward();
   a.q.shape[1] = a.o.shape[1] = a.lse.shape[2] = 0;
   EXPECT_TRUE(validate_forward(a, &p, &t).ok());
+
+  // seqlen_k = 0 with the strides a contiguous allocation gives: the batch stride is 0, and the
+  // empty outputs are not overlapping anything.
+  BackwardArgs b = valid_backward();
+  BackwardTensors bt;
+  for (Tensor* x : {&b.k, &b.v, &b.dk, &b.dv}) {
+    *x = make_tensor(x->data, DType::kBFloat16, {kBatch, 0, kHeadsKv, kDim});
+  }
+  EXPECT_EQ(b.dk.stride[0], 0);
+  EXPECT_TRUE(validate_backward(b, &p, &bt).ok()) << validate_backward(b, &p, &bt).message();
 }
 
 TEST(Validation, NoHopperDeviceGivesAClearError) {
