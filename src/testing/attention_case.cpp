@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <utility>
 
 namespace hopattn::testing {
 namespace {
@@ -191,26 +192,15 @@ BackwardArgs AttentionCase::backward_args(const Outputs& forward, const Outputs&
 }
 
 std::vector<double> AttentionCase::input(Field field) const {
-  const std::vector<uint16_t>* bits = nullptr;
-  switch (field) {
-    case Field::kQ:
-      bits = &q_bits_;
-      break;
-    case Field::kK:
-      bits = &k_bits_;
-      break;
-    case Field::kV:
-      bits = &v_bits_;
-      break;
-    case Field::kDout:
-      bits = &dout_bits_;
-      break;
-    default:
-      throw std::invalid_argument("input(): not an input field");
+  const std::pair<Field, const std::vector<uint16_t>*> inputs[] = {
+      {Field::kQ, &q_bits_}, {Field::kK, &k_bits_}, {Field::kV, &v_bits_}, {Field::kDout, &dout_bits_}};
+  for (const auto& [which, bits] : inputs) {
+    if (which != field) continue;
+    std::vector<double> values(bits->size());
+    for (size_t e = 0; e < values.size(); ++e) values[e] = from_bits(spec_.dtype, (*bits)[e]);
+    return values;
   }
-  std::vector<double> values(bits->size());
-  for (size_t e = 0; e < values.size(); ++e) values[e] = from_bits(spec_.dtype, (*bits)[e]);
-  return values;
+  throw std::invalid_argument("input(): not an input field");
 }
 
 Downloaded AttentionCase::download(const Outputs& out, Field field) const {
@@ -236,23 +226,13 @@ Downloaded AttentionCase::download(const Outputs& out, Field field) const {
     }
     return d;
   }
+  const std::pair<Field, const DeviceBuffer*> buffers[] = {
+      {Field::kO, &out.o}, {Field::kDq, &out.dq}, {Field::kDk, &out.dk}, {Field::kDv, &out.dv}};
   const DeviceBuffer* buffer = nullptr;
-  switch (field) {
-    case Field::kO:
-      buffer = &out.o;
-      break;
-    case Field::kDq:
-      buffer = &out.dq;
-      break;
-    case Field::kDk:
-      buffer = &out.dk;
-      break;
-    case Field::kDv:
-      buffer = &out.dv;
-      break;
-    default:
-      throw std::invalid_argument("download(): not an output field");
+  for (const auto& [which, candidate] : buffers) {
+    if (which == field) buffer = candidate;
   }
+  if (buffer == nullptr) throw std::invalid_argument("download(): not an output field");
   const Side side = field == Field::kO || field == Field::kDq ? Side::kQuery : Side::kKey;
   const int64_t n_rows = rows(side);
   const int64_t stride = row_stride(side);
