@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Times the peers (PyTorch SDPA's cuDNN and FlashAttention-2 backends) on one problem, in the
+JSON schema of docs/benchmarking.md, so that hopattn-bench's rows can be compared as ratios from
+the same run on the same GPU. Fixed-length, non-GQA problems only (what SDPA's fused backends take).
+"""
+import argparse
+import json
+import statistics
+import sys
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "fa2": SDPBackend.FLASH_ATTENTION}
+
+
+def median_ms(fn, warmup, reps):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seqlen", type=int, default=2048)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--headdim", type=int, default=128)
+    parser.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
+    parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--json", default="-")
+    a = parser.parse_args()
+
+    dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float16
+    shape = (a.batch, a.heads, a.seqlen, a.headdim)
+    q, k, v, dout = (torch.randn(shape, device="cuda", dtype=dtype) for _ in range(4))
+    for t in (q, k, v):
+        t.requires_grad_(True)
+    flops = 4 * a.batch * a.heads * a.seqlen * a.seqlen * a.headdim / (2 if a.causal else 1)
+    rows = []
+    for impl, backend in BACKENDS.items():
+        with sdpa_kernel(backend):
+            forward = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=a.causal)
+            out = forward()
+            backward = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+            for direction, fn, scale in (("fwd", forward, 1.0), ("bwd", backward, 2.5)):
+                ms = median_ms(fn, a.warmup, a.reps)
+                rows.append({"impl": impl, "direction": direction, "dtype": a.dtype, "hdim": a.headdim,
+                             "causal": a.causal, "window_left": -1, "window_right": -1, "batch": a.batch,
+                             "heads": a.heads, "heads_kv": a.heads, "seqlen_q": a.seqlen, "seqlen_k": a.seqlen,
+                             "varlen": False, "deterministic": False, "ms": ms,
+                             "tflops": scale * flops / (ms * 1e9)})
+    env = {"date": None, "gpu": torch.cuda.get_device_name(), "driver": None, "cuda": torch.version.cuda,
+           "torch": torch.__version__, "cudnn": str(torch.backends.cudnn.version()), "commit": None,
+           "command": " ".join(sys.argv)}
+    text = json.dumps({"env": env, "rows": rows}, indent=1)
+    if a.json == "-":
+        print(text)
+    else:
+        with open(a.json, "w") as f:
+            f.write(text)
+    for r in rows:
+        print(f"{r['impl']:8s} {r['direction']} {r['ms']:9.3f} ms {r['tflops']:7.1f} TFLOP/s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
