@@ -6,8 +6,24 @@
 namespace hopattn {
 
 // kOk when the current device is an sm_90 (Hopper) GPU; otherwise a kDeviceUnavailable status
-// that says what was found. Never launches anything and never aborts.
+// that says what was found. Never launches anything and never aborts. Called once per forward
+// and backward: after a device has passed once, later calls on it cost one cudaGetDevice and an
+// atomic load. Safe to call from several host threads at once.
 Status check_current_device();
+
+// What launchers size persistent grids and L2-aware tile orders from.
+struct DeviceLimits {
+  int multiprocessors = 0;  // SMs
+  long long l2_bytes = 0;   // L2 cache size
+};
+
+// The limits of the current device. Expects check_current_device() to have succeeded on this
+// thread's current device (it then answers from the same cache, without runtime queries beyond
+// cudaGetDevice); otherwise it asks the runtime, and a field it cannot learn is 0.
+DeviceLimits current_device_limits();
+
+// current_device_limits().multiprocessors: the SM count of the current device, 0 if unknown.
+int multiprocessor_count();
 
 // Turns a CUDA error into a Status naming the step that failed.
 Status cuda_status(int cuda_error, const char* what);

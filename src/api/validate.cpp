@@ -16,6 +16,8 @@ constexpr int kMaxHeadDim = 256;
 constexpr int kHeadDimMultiple = 8;
 constexpr int64_t kAlignmentBytes = 16;
 constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max();
+// The Hopper TMA unit takes each global stride as a byte count below 2^40.
+constexpr int64_t kTmaStrideLimitBytes = int64_t{1} << 40;
 
 size_t dtype_bytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
 
@@ -34,22 +36,65 @@ struct ExpectedTensor {
   const char* dims;  // e.g. "(batch, seqlen_q, heads, head_dim)"
 };
 
-int64_t element_count(const Tensor& t) {
-  int64_t n = 1;
-  for (int d = 0; d < t.rank; ++d) n *= t.shape[d];
-  return n;
+// Whether any dimension is 0. Deliberately not a product of the extents: that can overflow int64
+// (heads and tokens both near 2^31), and broadcast inputs may legitimately name more elements than that.
+bool is_empty(const Tensor& t) {
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.shape[d] == 0) return true;
+  }
+  return false;
 }
 
-Status check_pointer(const char* name, const void* data, int64_t elements, int64_t alignment) {
-  if (elements > 0 && data == nullptr) return invalid(name, ".data is null");
+Status check_pointer(const char* name, const void* data, bool empty, int64_t alignment) {
+  if (!empty && data == nullptr) return invalid(name, ".data is null");
   if (reinterpret_cast<uintptr_t>(data) % alignment != 0) {
     return invalid(name, ".data = ", data, " is not ", alignment, "-byte aligned");
   }
   return Status();
 }
 
+// "(a, b, c)" of the first `rank` entries, for messages.
+std::string tuple(const int64_t* values, int rank) {
+  std::ostringstream out;
+  out << '(';
+  for (int d = 0; d < rank; ++d) out << (d ? ", " : "") << values[d];
+  out << ')';
+  return out.str();
+}
+
+// Every offset a kernel can form from in-range indices, in elements and in bytes, must fit in int64:
+// kernels (and the overlap check below) add stride * index terms in 64-bit, and a sum that wraps
+// would address memory the caller never meant. Checked for inputs as much as for outputs, and
+// for empty tensors too, since a kernel may still form per-batch base offsets for them. Runs after
+// the per-stride checks, so every stride of a dimension larger than 1 is already non-negative.
+Status check_offsets_fit(const Tensor& t, const char* name, DType dtype) {
+  int64_t largest = 0;  // in elements
+  bool overflow = false;
+  for (int d = 0; d < t.rank && !overflow; ++d) {
+    if (t.shape[d] <= 1) continue;  // contributes index 0 only, whatever its stride
+    int64_t term = 0;
+    overflow =
+        __builtin_mul_overflow(t.stride[d], t.shape[d] - 1, &term) || __builtin_add_overflow(largest, term, &largest);
+  }
+  // The whole layout is named: an overflowing sum is rarely the fault of the dimension it wraps at.
+  if (overflow) {
+    return invalid(name, ".stride = ", tuple(t.stride, t.rank), " with ", name, ".shape = ", tuple(t.shape, t.rank),
+                   ": the largest element offset, the sum of stride[d] * (shape[d] - 1), overflows int64;"
+                   " it must fit in int64");
+  }
+  const int64_t element_bytes = static_cast<int64_t>(dtype_bytes(dtype));
+  if (int64_t bytes = 0; __builtin_mul_overflow(largest, element_bytes, &bytes)) {
+    return invalid(name, ".stride = ", tuple(t.stride, t.rank), " with ", name, ".shape = ", tuple(t.shape, t.rank),
+                   ": the largest element offset is ", largest, ", and its byte offset ", largest, " * ", element_bytes,
+                   " overflows int64; it must fit in int64");
+  }
+  return Status();
+}
+
 // An output whose elements share memory would make the result depend on the order of writes:
 // sorted by stride, each dimension must start past everything the smaller ones span.
+// Needs check_offsets_fit first: the running span then stays below the largest offset + 1, which
+// fits, because that offset times the element size does.
 Status check_no_self_overlap(const Tensor& t, const char* name) {
   std::vector<std::pair<int64_t, int>> dims;  // (stride, dimension) of dimensions of size > 1
   for (int d = 0; d < t.rank; ++d) {
@@ -87,14 +132,17 @@ Status check_tensor(const Tensor& t, const ExpectedTensor& want, DType dtype, bo
   }
   const bool packed_16bit = dtype != DType::kFloat32;
   const int64_t alignment = packed_16bit ? kAlignmentBytes : static_cast<int64_t>(dtype_bytes(dtype));
-  if (Status s = check_pointer(want.name, t.data, element_count(t), alignment); !s.ok()) return s;
+  const bool empty = is_empty(t);
+  if (Status s = check_pointer(want.name, t.data, empty, alignment); !s.ok()) return s;
   const int last = want.rank - 1;
   if (t.shape[last] > 1 && t.stride[last] != 1) {
     return invalid(want.name, ".stride[", last, "] is ", t.stride[last],
                    " but the last dimension must be contiguous (stride 1)");
   }
-  // TMA needs 16-byte strides; LSE is read and written per row, so it only needs to be contiguous.
-  const int64_t stride_multiple = packed_16bit ? kAlignmentBytes / static_cast<int64_t>(dtype_bytes(dtype)) : 1;
+  // TMA needs 16-byte strides below 2^40 bytes; LSE is read and written per row, so it only needs
+  // to be contiguous.
+  const int64_t element_bytes = static_cast<int64_t>(dtype_bytes(dtype));
+  const int64_t stride_multiple = packed_16bit ? kAlignmentBytes / element_bytes : 1;
   for (int d = 0; d < last; ++d) {
     if (t.shape[d] <= 1) continue;  // a stride of a size-1 dimension is never used
     if (t.stride[d] < 0) return invalid(want.name, ".stride[", d, "] is ", t.stride[d], " but must not be negative");
@@ -102,9 +150,16 @@ Status check_tensor(const Tensor& t, const ExpectedTensor& want, DType dtype, bo
       return invalid(want.name, ".stride[", d, "] is ", t.stride[d], " but must be a multiple of ", stride_multiple,
                      " elements (16 bytes)");
     }
+    // Compared in elements: the stride in bytes may not fit in int64 (it does in uint64, for the message).
+    if (packed_16bit && t.stride[d] > (kTmaStrideLimitBytes - 1) / element_bytes) {
+      return invalid(want.name, ".stride[", d, "] is ", t.stride[d], " elements (",
+                     static_cast<uint64_t>(t.stride[d]) * static_cast<uint64_t>(element_bytes),
+                     " bytes) but must be below 2^40 bytes (a TMA limit)");
+    }
   }
+  if (Status s = check_offsets_fit(t, want.name, dtype); !s.ok()) return s;
   // An empty tensor has nothing to overlap (its strides may well be 0, as for a seqlen of 0).
-  return written && element_count(t) > 0 ? check_no_self_overlap(t, want.name) : Status();
+  return written && !empty ? check_no_self_overlap(t, want.name) : Status();
 }
 
 Status check_size(const char* what, int64_t value) {

@@ -3,10 +3,13 @@
 // since the public call would go on to launch with the fake pointers used here.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "api/device.hpp"
 #include "api/validate.hpp"
@@ -174,6 +177,70 @@ TEST(Validation, OutputsMustNotOverlapThemselves) {
   EXPECT_TRUE(validate_forward(a, &p, &t).ok()) << validate_forward(a, &p, &t).message();
 }
 
+TEST(Validation, StridesMustStayBelowTheTmaLimit) {
+  constexpr int64_t k2To39 = int64_t{1} << 39;  // elements of 2 bytes: exactly 2^40 bytes
+  expect_forward_invalid([](ForwardArgs& a) { a.q.stride[0] = k2To39; },
+                         "q.stride[0] is 549755813888 elements (1099511627776 bytes) but must be below 2^40 bytes "
+                         "(a TMA limit)");
+  expect_forward_invalid([](ForwardArgs& a) { a.k.stride[2] = k2To39; }, "k.stride[2] is 549755813888 elements");
+  // The byte count of a stride near INT64_MAX does not fit in int64; the message still gives it.
+  expect_backward_invalid([](BackwardArgs& a) { a.dv.stride[1] = INT64_MAX - 7; },
+                          "dv.stride[1] is 9223372036854775800 elements (18446744073709551600 bytes) but must be "
+                          "below 2^40 bytes (a TMA limit)");
+  expect_backward_invalid([](BackwardArgs& a) { a.dout.stride[0] = k2To39 + 8; }, "dout.stride[0] is 549755813896");
+  expect_forward_invalid([](ForwardArgs& a) { a.q.stride[0] = k2To39; }, "q.stride[0] is 549755813888 elements",
+                         valid_varlen_forward);
+
+  // 16 bytes below the limit is fine; LSE is not loaded through TMA, so its strides are not limited.
+  Problem p;
+  ForwardTensors t;
+  ForwardArgs a = valid_forward();
+  a.q.stride[0] = a.k.stride[0] = a.v.stride[0] = k2To39 - 8;
+  a.lse.stride[0] = int64_t{1} << 41;
+  EXPECT_TRUE(validate_forward(a, &p, &t).ok()) << validate_forward(a, &p, &t).message();
+}
+
+TEST(Validation, LargestOffsetsMustFitInInt64) {
+  // An input (inputs may share memory, but must still be addressable): 2^25 rows of 2^39 - 8
+  // elements each reach about 2^64 elements. Every stride is below the TMA limit on its own.
+  constexpr int64_t kRows = int64_t{1} << 25, kRowStride = (int64_t{1} << 39) - 8;
+  expect_forward_invalid(
+      [](ForwardArgs& a) {
+        a.q = make_tensor(fake(1), DType::kBFloat16, {1, kRows, kHeads, kDim},
+                          {kRows * kHeads * kDim, kRowStride, kDim, 1});
+        a.o = make_tensor(fake(4), DType::kBFloat16, {1, kRows, kHeads, kDim});
+        a.lse = make_tensor(fake(5), DType::kFloat32, {1, kHeads, kRows});
+        a.k.shape[0] = a.v.shape[0] = 1;
+      },
+      "q.stride = (34359738368, 549755813880, 128, 1) with q.shape = (1, 33554432, 8, 128): the largest element "
+      "offset, the sum of stride[d] * (shape[d] - 1), overflows int64; it must fit in int64");
+  // The sum overflows though every term fits (an output here, and an input of the backward).
+  expect_forward_invalid([](ForwardArgs& a) { a.lse.stride[0] = INT64_MAX; },
+                         "lse.stride = (9223372036854775807, 64, 1) with lse.shape = (2, 8, 64): the largest element "
+                         "offset");
+  expect_backward_invalid([](BackwardArgs& a) { a.lse.stride[0] = INT64_MAX; }, "overflows int64");
+  // The elements fit but the bytes do not: 2^62 + 511 float32 elements.
+  expect_forward_invalid([](ForwardArgs& a) { a.lse.stride[0] = int64_t{1} << 62; },
+                         "lse.stride = (4611686018427387904, 64, 1) with lse.shape = (2, 8, 64): the largest element "
+                         "offset is 4611686018427388415, and its byte offset 4611686018427388415 * 4 overflows int64; "
+                         "it must fit in int64");
+
+  // The largest byte offset exactly at the limit (INT64_MAX - 3 bytes) is accepted; one element more is not.
+  const int64_t lse_limit = INT64_MAX / 4 - (7 * 64 + 63);
+  Problem p;
+  ForwardTensors t;
+  ForwardArgs a = valid_forward();
+  a.lse.stride[0] = lse_limit;
+  EXPECT_TRUE(validate_forward(a, &p, &t).ok()) << validate_forward(a, &p, &t).message();
+  a.lse.stride[0] = lse_limit + 1;
+  expect_invalid(validate_forward(a, &p, &t), "lse.stride = (");
+  // A size-1 dimension adds nothing to the largest offset, whatever its stride.
+  a = valid_forward();
+  a.lse = make_tensor(fake(5), DType::kFloat32, {1, kHeads, kSeqQ}, {INT64_MAX, kSeqQ, 1});
+  for (Tensor* x : {&a.q, &a.k, &a.v, &a.o}) x->shape[0] = 1;
+  EXPECT_TRUE(validate_forward(a, &p, &t).ok()) << validate_forward(a, &p, &t).message();
+}
+
 TEST(Validation, DTypes) {
   expect_forward_invalid([](ForwardArgs& a) { a.k.dtype = DType::kFloat16; },
                          "k.dtype is float16 but must be bfloat16");
@@ -319,6 +386,28 @@ TEST(Validation, NoHopperDeviceGivesAClearError) {
   size_t bytes = 0;
   ASSERT_TRUE(backward_workspace_size(b, &bytes).ok());
   EXPECT_EQ(backward(b, Workspace{fake(20), bytes}, nullptr).code(), StatusCode::kDeviceUnavailable);
+}
+
+TEST(Device, ChecksAreCachedAndAgreeAcrossThreads) {
+  if (!check_current_device().ok()) GTEST_SKIP() << "needs an sm_90 GPU: " << check_current_device().message();
+  const int sms = multiprocessor_count();
+  EXPECT_GT(sms, 0);
+  const DeviceLimits limits = current_device_limits();
+  EXPECT_EQ(limits.multiprocessors, sms);
+  EXPECT_GT(limits.l2_bytes, 0);
+  // forward() may be called from several host threads at once, each checking the device first.
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&] {
+      for (int j = 0; j < 1000; ++j) {
+        const bool same = current_device_limits().l2_bytes == limits.l2_bytes && multiprocessor_count() == sms;
+        if (!check_current_device().ok() || !same) ++failures;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
 }
 
 }  // namespace
