@@ -3,6 +3,7 @@
 
 #include "api/build_config.hpp"
 #include "api/device.hpp"
+#include "api/forward_dispatch.hpp"
 #include "api/validate.hpp"
 #include "hopattn/hopattn.hpp"
 #include "kernels/reference/reference_attention.hpp"
@@ -10,7 +11,7 @@
 namespace hopattn {
 namespace {
 
-// The precision forward()/backward() run the reference in while it is the only kernel.
+// The precision backward() runs the reference in until the Hopper backward kernels land.
 constexpr ReferencePrecision kApiPrecision = ReferencePrecision::kFloat32;
 
 }  // namespace
@@ -20,7 +21,13 @@ Status forward(const ForwardArgs& args, Stream stream) {
   ForwardTensors tensors;
   if (Status s = validate_forward(args, &problem, &tensors); !s.ok()) return s;
   if (Status s = check_current_device(); !s.ok()) return s;
-  return cuda_status(reference_forward(problem, tensors, kApiPrecision, stream), "forward kernel launch");
+  if (problem.total_q() == 0) return Status();  // nothing to write
+  // Without a single key there is nothing to load either (and no valid TMA descriptor for K/V):
+  // every row is O = 0, LSE = -inf, which the simple kernel writes.
+  if (problem.total_k() == 0) {
+    return cuda_status(reference_forward(problem, tensors, kApiPrecision, stream), "forward kernel launch");
+  }
+  return run_forward_kernel(problem, tensors, stream);
 }
 
 Status backward_workspace_size(const BackwardArgs& args, size_t* bytes) {

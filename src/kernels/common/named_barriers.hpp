@@ -1,0 +1,23 @@
+// Named hardware barrier ids used by the warp-specialized kernels. CUTLASS reserves the first
+// ids for itself; NamedBarrier adds that offset, so these count from 0 and at most 8 exist.
+#pragma once
+
+#include <cutlass/arch/barrier.h>
+
+namespace hopattn {
+
+enum class FwdBarrier : uint32_t {
+  kQueryEmpty = 0,      // consumers are done with sQ; the producer may load the next tile's Q
+  kWarpScheduler0 = 1,  // + consumer warpgroup: its turn to issue tensor-core work (ping-pong)
+  kEpilogue0 = 4,       // + consumer warpgroup: its rows of the O staging buffer are complete
+};
+
+inline constexpr int kMaxConsumerWarpgroups = 3;
+static_assert(static_cast<uint32_t>(FwdBarrier::kEpilogue0) + kMaxConsumerWarpgroups <= 8,
+              "CUTLASS leaves 8 named barriers to kernels");
+
+CUTLASS_DEVICE uint32_t barrier_id(FwdBarrier base, int offset = 0) {
+  return static_cast<uint32_t>(base) + static_cast<uint32_t>(offset);
+}
+
+}  // namespace hopattn

@@ -1,0 +1,48 @@
+// The forward kernel: warp roles, shared storage and barrier setup. One persistent CTA per SM;
+// warpgroup 0 is the producer (one warp issues TMA, the group gives registers back), warpgroups
+// 1.. are the consumers (64 query rows each, they take the registers).
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "kernels/fwd/fwd_mainloop.cuh"
+
+namespace hopattn {
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1) forward_kernel(CUTE_GRID_CONSTANT ForwardParams<Traits> const params) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ char shared_memory[];
+  auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(shared_memory);
+  using Pipeline = typename Traits::Pipeline;
+
+  const int warp = cutlass::canonical_warp_idx_sync();
+  const int warpgroup = cutlass::canonical_warp_group_idx();
+  if (warp == 0 && cute::elect_one_sync()) {
+    cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_vt.get_tma_descriptor());
+    smem.q_full.init(/*arrive_count=*/1);
+  }
+
+  typename Pipeline::Params pipeline_params;
+  pipeline_params.transaction_bytes = Traits::kKVBytes;
+  pipeline_params.role = warpgroup == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pipeline_params.is_leader = threadIdx.x == 0;
+  pipeline_params.num_consumers = Traits::kConsumerThreads;
+  Pipeline pipeline_k(smem.pipeline_k, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
+  Pipeline pipeline_v(smem.pipeline_v, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
+  __syncthreads();  // barriers initialised before anyone waits on them
+
+  if (warpgroup == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
+    if (warp == 0) forward_producer<Traits>(params, smem, pipeline_k, pipeline_v);
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
+    forward_consumer<Traits>(params, smem, pipeline_k, pipeline_v);
+  }
+#endif
+}
+
+}  // namespace hopattn

@@ -1,0 +1,121 @@
+// Compile-time description of one forward kernel: tile shapes, WGMMA tilings, shared-memory
+// layouts and the shared storage they add up to.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/numeric_types.h>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+#include "kernels/common/named_barriers.hpp"
+#include "kernels/fwd/fwd_tile_config.hpp"
+
+namespace hopattn {
+
+// The widest shared-memory swizzle atom whose contiguous extent divides `kContiguous` elements:
+// wider swizzles spread a WGMMA's and a TMA's accesses over more banks.
+template <cute::GMMA::Major kMajor, class Element, int kContiguous>
+CUTE_HOST_DEVICE constexpr auto widest_swizzle_atom() {
+  using namespace cute::GMMA;
+  if constexpr (kMajor == Major::K) {
+    if constexpr (kContiguous % decltype(cute::size<1>(Layout_K_SW128_Atom<Element>{}))::value == 0) {
+      return Layout_K_SW128_Atom<Element>{};
+    } else if constexpr (kContiguous % decltype(cute::size<1>(Layout_K_SW64_Atom<Element>{}))::value == 0) {
+      return Layout_K_SW64_Atom<Element>{};
+    } else {
+      static_assert(kContiguous % decltype(cute::size<1>(Layout_K_SW32_Atom<Element>{}))::value == 0,
+                    "the contiguous extent must be a multiple of 16 elements");
+      return Layout_K_SW32_Atom<Element>{};
+    }
+  } else {
+    if constexpr (kContiguous % decltype(cute::size<0>(Layout_MN_SW128_Atom<Element>{}))::value == 0) {
+      return Layout_MN_SW128_Atom<Element>{};
+    } else if constexpr (kContiguous % decltype(cute::size<0>(Layout_MN_SW64_Atom<Element>{}))::value == 0) {
+      return Layout_MN_SW64_Atom<Element>{};
+    } else {
+      static_assert(kContiguous % decltype(cute::size<0>(Layout_MN_SW32_Atom<Element>{}))::value == 0,
+                    "the contiguous extent must be a multiple of 16 elements");
+      return Layout_MN_SW32_Atom<Element>{};
+    }
+  }
+}
+
+template <typename Element_, int kHeadDim_>
+struct ForwardKernelTraits {
+  using Element = Element_;
+  using Config = ForwardTileConfig<kHeadDim_>;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = Config::kBlockM;
+  static constexpr int kBlockN = Config::kBlockN;
+  static constexpr int kStages = Config::kStages;
+  static constexpr bool kOStagedInQ = Config::kOStagedInQ;
+
+  static constexpr int kConsumerWarpgroups = kBlockM / 64;
+  static constexpr int kConsumerThreads = kConsumerWarpgroups * cutlass::NumThreadsPerWarpGroup;
+  static constexpr int kThreads = kConsumerThreads + cutlass::NumThreadsPerWarpGroup;  // + producer
+  // Register budget per thread after setmaxnreg: the producer keeps few, the consumers take the rest
+  // (65536 registers per SM, one CTA per SM).
+  static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? 24 : 32;
+  static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? 240 : 160;
+
+  static_assert(kBlockM % 64 == 0 && kConsumerWarpgroups >= 1 && kConsumerWarpgroups <= kMaxConsumerWarpgroups,
+                "each consumer warpgroup owns 64 query rows");
+  static_assert(kBlockN % 16 == 0, "P feeds the P V WGMMA in K-steps of 16");
+  static_assert(kHeadDim % 32 == 0, "kernel head dims are multiples of 32");
+  static_assert(kConsumerWarpgroups * cutlass::NumThreadsPerWarpGroup == kConsumerThreads, "");
+  static_assert(kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters <=
+                    65536 / cutlass::NumThreadsPerWarpGroup,
+                "register budget exceeds the register file");
+
+  using BlockM = cute::Int<kBlockM>;
+  using BlockN = cute::Int<kBlockN>;
+  using HeadDim = cute::Int<kHeadDim>;
+  using WarpgroupLayout = cute::Layout<cute::Shape<cute::Int<kConsumerWarpgroups>, cute::_1, cute::_1>>;
+
+  // S = Q K^T: both operands from shared memory, K-major (head dim contiguous).
+  using TiledMmaQK = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, BlockN, HeadDim>>(),
+      WarpgroupLayout{}));
+  // O += P V: P from registers, V^T from shared memory with the head dim contiguous (MN-major).
+  using TiledMmaPV = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, HeadDim, BlockN>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
+      WarpgroupLayout{}));
+
+  static_assert(decltype(cute::size<1>(typename TiledMmaQK::AtomShape_MNK{}))::value == kBlockN &&
+                    decltype(cute::size<1>(typename TiledMmaPV::AtomShape_MNK{}))::value == kHeadDim,
+                "each GEMM must be one WGMMA atom wide (CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED)");
+
+  using SmemLayoutQ = decltype(cute::tile_to_shape(
+      widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim>(), cute::Shape<BlockM, HeadDim>{}));
+  using SmemLayoutO = SmemLayoutQ;
+  using SmemLayoutK = decltype(cute::tile_to_shape(
+      widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim>(),
+      cute::Shape<BlockN, HeadDim, cute::Int<kStages>>{}));
+  // V is stored as V^T (head_dim, keys) with the head dim contiguous, which is how it sits in
+  // global memory, so TMA loads it without a transpose.
+  using SmemLayoutVt = decltype(cute::tile_to_shape(
+      widest_swizzle_atom<cute::GMMA::Major::MN, Element, kHeadDim>(),
+      cute::Shape<HeadDim, BlockN, cute::Int<kStages>>{}));
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename Pipeline::PipelineState;
+
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
+
+  // Swizzled TMA destinations need 1024-byte alignment.
+  struct SharedStorage {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;  // also O when kOStagedInQ
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>, 1024> v;
+    cute::array_aligned<Element, kOStagedInQ ? 8 : cute::cosize_v<SmemLayoutO>, 1024> o;
+    cutlass::arch::ClusterTransactionBarrier q_full;
+    typename Pipeline::SharedStorage pipeline_k;
+    typename Pipeline::SharedStorage pipeline_v;
+  };
+  static constexpr int kSharedBytes = sizeof(SharedStorage);
+  static_assert(kSharedBytes <= 227 * 1024, "shared storage exceeds the 227 KiB an sm_90 CTA can have");
+};
+
+}  // namespace hopattn

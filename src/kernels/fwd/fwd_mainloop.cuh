@@ -1,0 +1,261 @@
+// The forward's two roles over the tiles of one persistent CTA:
+// - the producer warp streams Q once per tile and K, V^T per key block into a kStages-deep ring
+//   with TMA, each stage guarded by full/empty mbarriers (PipelineTmaAsync);
+// - each consumer warpgroup computes S = Q K^T (WGMMA, both operands in shared memory), the
+//   online softmax in registers and O += P V (WGMMA with P from registers) for its 64 rows.
+// Two overlaps hide the softmax: within a warpgroup the next block's Q K^T is issued before this
+// block's softmax runs, and across warpgroups named barriers make them take turns issuing tensor
+// core work (ping-pong), so one warpgroup's softmax runs under the other's GEMMs.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+#include "kernels/common/mma_layouts.cuh"
+#include "kernels/common/named_barriers.hpp"
+#include "kernels/common/warpgroup_mma.cuh"
+#include "kernels/fwd/fwd_epilogue.cuh"
+#include "kernels/fwd/fwd_softmax.cuh"
+#include "kernels/fwd/fwd_tile_info.cuh"
+
+namespace hopattn {
+
+template <class Traits>
+struct ForwardSmemTensors {
+  using SharedStorage = typename Traits::SharedStorage;
+  CUTE_DEVICE static auto q(SharedStorage& s) {
+    return cute::make_tensor(cute::make_smem_ptr(s.q.data()), typename Traits::SmemLayoutQ{});  // (M, D)
+  }
+  CUTE_DEVICE static auto k(SharedStorage& s) {
+    return cute::make_tensor(cute::make_smem_ptr(s.k.data()), typename Traits::SmemLayoutK{});  // (N, D, PIPE)
+  }
+  CUTE_DEVICE static auto vt(SharedStorage& s) {
+    return cute::make_tensor(cute::make_smem_ptr(s.v.data()), typename Traits::SmemLayoutVt{});  // (D, N, PIPE)
+  }
+};
+
+template <class Traits>
+CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem,
+                                  typename Traits::Pipeline& pipeline_k, typename Traits::Pipeline& pipeline_v) {
+  using namespace cute;
+  using Smem = ForwardSmemTensors<Traits>;
+  cute::Tensor sQ = Smem::q(smem);
+  cute::Tensor sK = Smem::k(smem);
+  cute::Tensor sVt = Smem::vt(smem);
+  cute::Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);     // (tokens, D, heads, batch)
+  cute::Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);     // (tokens, D, heads_kv, batch)
+  cute::Tensor mVt = params.tma_vt.get_tma_tensor(params.shape_vt);  // (D, tokens, heads_kv, batch)
+
+  auto state_k = cutlass::make_producer_start_state<typename Traits::Pipeline>();
+  auto state_v = cutlass::make_producer_start_state<typename Traits::Pipeline>();
+  const bool leader = threadIdx.x == 0;
+  bool first_q = true;
+  const int total_tiles = params.scheduler.total_tiles();
+  for (int linear = blockIdx.x; linear < total_tiles; linear += gridDim.x) {
+    const ForwardTile t = make_forward_tile(params, linear);
+    if (t.n_blocks.empty()) continue;  // the consumers write this tile without loading anything
+
+    cute::Tensor gQ = local_tile(domain_offset(make_coord(t.q_offset, _0{}), mQ(_, _, t.head, t.batch_coord)),
+                           Shape<typename Traits::BlockM, typename Traits::HeadDim>{},
+                           make_coord(t.m_block, _0{}));  // (M, D)
+    cute::Tensor gK = local_tile(domain_offset(make_coord(t.k_offset, _0{}), mK(_, _, t.head_kv, t.batch_coord)),
+                           Shape<typename Traits::BlockN, typename Traits::HeadDim>{},
+                           make_coord(_, _0{}));  // (N, D, n_blocks)
+    cute::Tensor gVt = local_tile(domain_offset(make_coord(_0{}, t.k_offset), mVt(_, _, t.head_kv, t.batch_coord)),
+                            Shape<typename Traits::HeadDim, typename Traits::BlockN>{},
+                            make_coord(_0{}, _));  // (D, N, n_blocks)
+    auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+    auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto [tVgV, tVsV] =
+        tma_partition(params.tma_vt, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
+
+    // sQ still holds the previous tile's Q (or its O) until every consumer is done with it.
+    if (!first_q) {
+      cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads + cutlass::NumThreadsPerWarp,
+                                        barrier_id(FwdBarrier::kQueryEmpty));
+    }
+    first_q = false;
+    if (leader) {
+      smem.q_full.arrive_and_expect_tx(Traits::kQBytes);
+      copy(params.tma_q.with(reinterpret_cast<uint64_t&>(smem.q_full)), tQgQ, tQsQ);
+    }
+    for (int n = t.n_blocks.end - 1; n >= t.n_blocks.begin; --n) {
+      pipeline_k.producer_acquire(state_k);
+      if (leader) copy(params.tma_k.with(*pipeline_k.producer_get_barrier(state_k)), tKgK(_, n), tKsK(_, state_k.index()));
+      ++state_k;
+      pipeline_v.producer_acquire(state_v);
+      if (leader) {
+        copy(params.tma_vt.with(*pipeline_v.producer_get_barrier(state_v)), tVgV(_, n), tVsV(_, state_v.index()));
+      }
+      ++state_v;
+    }
+  }
+}
+
+// Ping-pong between consumer warpgroups: a warpgroup waits for its turn before issuing its GEMMs
+// and hands the turn to the next one right after.
+template <class Traits>
+struct WarpgroupTurns {
+  static constexpr int kCount = Traits::kConsumerWarpgroups;
+  static constexpr uint32_t kThreads = 2 * cutlass::NumThreadsPerWarpGroup;
+  int warpgroup;
+
+  CUTE_DEVICE void start() const {  // the first warpgroup goes first
+    if constexpr (kCount > 1) {
+      if (warpgroup == kCount - 1) cutlass::arch::NamedBarrier::arrive(kThreads, barrier_id(FwdBarrier::kWarpScheduler0));
+    }
+  }
+  CUTE_DEVICE void wait() const {
+    if constexpr (kCount > 1) cutlass::arch::NamedBarrier::sync(kThreads, barrier_id(FwdBarrier::kWarpScheduler0, warpgroup));
+  }
+  CUTE_DEVICE void pass() const {
+    if constexpr (kCount > 1) {
+      cutlass::arch::NamedBarrier::arrive(kThreads,
+                                          barrier_id(FwdBarrier::kWarpScheduler0, (warpgroup + 1) % kCount));
+    }
+  }
+};
+
+template <class Traits>
+CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem,
+                                  typename Traits::Pipeline& pipeline_k, typename Traits::Pipeline& pipeline_v) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  using Smem = ForwardSmemTensors<Traits>;
+  const int thread = threadIdx.x - cutlass::NumThreadsPerWarpGroup;  // among the consumer threads
+  const WarpgroupTurns<Traits> turns{thread / cutlass::NumThreadsPerWarpGroup};
+
+  cute::Tensor sQ = Smem::q(smem);
+  cute::Tensor sK = Smem::k(smem);
+  cute::Tensor sVt = Smem::vt(smem);
+  typename Traits::TiledMmaQK mma_qk;
+  typename Traits::TiledMmaPV mma_pv;
+  auto thr_qk = mma_qk.get_thread_slice(thread);
+  auto thr_pv = mma_pv.get_thread_slice(thread);
+  cute::Tensor tSrQ = thr_qk.partition_fragment_A(sQ);    // (MMA, MMA_M, MMA_K)
+  cute::Tensor tSrK = thr_qk.partition_fragment_B(sK);    // (MMA, MMA_N, MMA_K, PIPE)
+  cute::Tensor tOrVt = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, PIPE)
+  // (m, n) coordinates of this thread's score entries, viewed as (rows, cols).
+  cute::Tensor tScS = as_row_col(thr_qk.partition_C(make_identity_tensor(Shape<typename Traits::BlockM, typename Traits::BlockN>{})));
+  constexpr int kRows = decltype(size<0>(tScS))::value;
+
+  typename Traits::PipelineState state_k, state_v;
+  uint32_t q_phase = 0;
+  const BandMask mask = params.problem.mask;
+  const bool prescale = params.scale_log2 < 0.f;
+  const float factor = prescale ? 1.f : params.scale_log2;
+  turns.start();
+
+  const int total_tiles = params.scheduler.total_tiles();
+  for (int linear = blockIdx.x; linear < total_tiles; linear += gridDim.x) {
+    const ForwardTile t = make_forward_tile(params, linear);
+    if (!t.has_rows(Traits::kBlockM)) continue;
+    if (t.n_blocks.empty()) {
+      store_empty_tile<Traits>(params, t, thread);
+      continue;
+    }
+
+    // Masked entries become -inf. The mask's bounds are computed once per row, and only the
+    // boundary blocks pay for them. A negative scale is applied here (see OnlineSoftmax).
+    const int shift = t.seqlen_k - t.seqlen_q;
+    auto prescale_and_mask = [&](auto& tSrS, int n_block) {
+      cute::Tensor s = as_row_col(tSrS);
+      if (prescale) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(s); ++i) s(i) *= params.scale_log2;
+      }
+      if (n_block >= t.unmasked.begin && n_block < t.unmasked.end) return;
+      CUTE_UNROLL
+      for (int r = 0; r < size<0>(s); ++r) {
+        const int row = t.m_block * Traits::kBlockM + get<0>(tScS(r, 0));
+        const int first_col = n_block * Traits::kBlockN;
+        const int lo = mask.left >= 0 ? row + shift - mask.left - first_col : INT_MIN;
+        const int hi_right = mask.right >= 0 ? row + shift + mask.right + 1 : t.seqlen_k;
+        const int hi = (hi_right < t.seqlen_k ? hi_right : t.seqlen_k) - first_col;
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(s); ++c) {
+          const int col = get<1>(tScS(r, c));
+          if (col < lo || col >= hi) s(r, c) = -INFINITY;
+        }
+      }
+    };
+
+    OnlineSoftmax<kRows> softmax;
+    softmax.reset();
+    float rescale[kRows];
+    cute::Tensor tOrO = partition_fragment_C(mma_pv, Shape<typename Traits::BlockM, typename Traits::HeadDim>{});
+    cute::Tensor tSrS = partition_fragment_C(mma_qk, Shape<typename Traits::BlockM, typename Traits::BlockN>{});
+    cute::Tensor rP = make_tensor_like<Element>(tSrS);
+    cute::Tensor tOrP = make_tensor(rP.data(), accumulator_as_a_operand_layout(rP.layout()));
+
+    smem.q_full.wait(q_phase);
+    q_phase ^= 1;
+
+    // The first (highest) key block: S, then its softmax with nothing to overlap yet.
+    int n_block = t.n_blocks.end - 1;
+    pipeline_k.consumer_wait(state_k);
+    turns.wait();
+    issue_warpgroup_gemm</*kZeroInit=*/true>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
+    turns.pass();
+    warpgroup_wait<0>();
+    pipeline_k.consumer_release(state_k);
+    ++state_k;
+    prescale_and_mask(tSrS, n_block);
+    softmax.update(as_row_col(tSrS), factor, rescale);
+    convert_fragment(tSrS, rP);
+    clear(tOrO);
+
+    // Steady state: S of block n is computed while P V of block n + 1 runs; the softmax of block
+    // n runs before O is rescaled, once P V has finished.
+    for (--n_block; n_block >= t.n_blocks.begin; --n_block) {
+      pipeline_k.consumer_wait(state_k);
+      turns.wait();
+      issue_warpgroup_gemm</*kZeroInit=*/true>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
+      pipeline_v.consumer_wait(state_v);
+      issue_warpgroup_gemm</*kZeroInit=*/false>(mma_pv, tOrP, tOrVt(_, _, _, state_v.index()), tOrO);
+      turns.pass();
+      warpgroup_wait<1>();
+      pipeline_k.consumer_release(state_k);
+      ++state_k;
+      prescale_and_mask(tSrS, n_block);
+      softmax.update(as_row_col(tSrS), factor, rescale);
+      warpgroup_wait<0>();
+      pipeline_v.consumer_release(state_v);
+      ++state_v;
+      cute::Tensor o = as_row_col(tOrO);
+      CUTE_UNROLL
+      for (int r = 0; r < size<0>(o); ++r) {
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(o); ++c) o(r, c) *= rescale[r];
+      }
+      convert_fragment(tSrS, rP);
+    }
+
+    // Every S GEMM of this tile is done: unless O is staged in sQ, the next Q may come in now.
+    if constexpr (!Traits::kOStagedInQ) {
+      cutlass::arch::NamedBarrier::arrive(Traits::kConsumerThreads + cutlass::NumThreadsPerWarp,
+                                          barrier_id(FwdBarrier::kQueryEmpty));
+    }
+    pipeline_v.consumer_wait(state_v);
+    issue_warpgroup_gemm</*kZeroInit=*/false>(mma_pv, tOrP, tOrVt(_, _, _, state_v.index()), tOrO);
+    float inv_sum[kRows], lse[kRows];
+    softmax.finalize(factor, inv_sum, lse);
+    warpgroup_wait<0>();
+    pipeline_v.consumer_release(state_v);
+    ++state_v;
+
+    cute::Tensor o = as_row_col(tOrO);
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(o); ++r) {
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(o); ++c) o(r, c) *= inv_sum[r];
+    }
+    store_tile<Traits>(params, smem, t, tOrO, tScS, lse, mma_pv, thread);
+    if constexpr (Traits::kOStagedInQ) {
+      cutlass::arch::NamedBarrier::arrive(Traits::kConsumerThreads + cutlass::NumThreadsPerWarp,
+                                          barrier_id(FwdBarrier::kQueryEmpty));
+    }
+  }
+}
+
+}  // namespace hopattn

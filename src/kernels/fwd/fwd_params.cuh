@@ -1,0 +1,51 @@
+// What the forward kernel receives: TMA descriptors for Q, K and V^T, the output pointers, the
+// problem and the tile schedule. Built on the host by make_forward_params (fwd_launch.cuh).
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "api/problem.hpp"
+#include "kernels/common/tile_scheduler.hpp"
+
+namespace hopattn {
+
+template <class Traits>
+struct ForwardParams {
+  using Element = typename Traits::Element;
+  // Q, K: (tokens, head_dim, heads, batch); V^T: (head_dim, tokens, heads, batch). In varlen mode
+  // tokens is the packed axis and batch has extent 1.
+  using ShapeTokens = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
+  using StrideTokens = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
+  using StrideTransposed = cute::Stride<cute::_1, int64_t, int64_t, int64_t>;
+
+  using TmaQ = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_LOAD{},
+      cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeTokens{}, StrideTokens{}),
+      typename Traits::SmemLayoutQ{}, cute::Shape<typename Traits::BlockM, typename Traits::HeadDim>{}, cute::_1{}));
+  using TmaK = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_LOAD{},
+      cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeTokens{}, StrideTokens{}),
+      cute::take<0, 2>(typename Traits::SmemLayoutK{}),
+      cute::Shape<typename Traits::BlockN, typename Traits::HeadDim>{}, cute::_1{}));
+  using TmaVt = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_LOAD{},
+      cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeTokens{},
+                        StrideTransposed{}),
+      cute::take<0, 2>(typename Traits::SmemLayoutVt{}),
+      cute::Shape<typename Traits::HeadDim, typename Traits::BlockN>{}, cute::_1{}));
+
+  TmaQ tma_q;
+  TmaK tma_k;
+  TmaVt tma_vt;
+  ShapeTokens shape_q;
+  ShapeTokens shape_k;
+  ShapeTokens shape_vt;
+
+  Problem problem;
+  RowTensor o;
+  RowTensor lse;       // lse.data may be null
+  float scale_log2;    // softmax_scale * log2(e)
+  TileScheduler scheduler;
+};
+
+}  // namespace hopattn

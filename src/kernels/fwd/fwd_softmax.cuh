@@ -1,0 +1,80 @@
+// Online softmax over the key blocks of one query tile, in the exp2 domain.
+//
+// Scores arrive raw (Q K^T, masked entries -inf) together with a positive factor that takes them
+// to log2 units (softmax_scale * log2(e)), so the max is taken on raw scores and each probability
+// costs one FFMA and one EX2: P = exp2(s * factor - max * factor). A negative softmax_scale is
+// handled by the caller, which multiplies the scores by it first and passes factor 1. Each thread
+// owns slices of whole rows; the four threads of a quad share a row, so the max needs a quad
+// all-reduce every block while the running sum stays per-thread until the end.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <cmath>
+
+namespace hopattn {
+
+CUTE_DEVICE float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <class Op>
+CUTE_DEVICE float quad_allreduce(float x, Op op) {
+  x = op(x, __shfl_xor_sync(0xffffffff, x, 1));
+  return op(x, __shfl_xor_sync(0xffffffff, x, 2));
+}
+
+template <int kRows>
+struct OnlineSoftmax {
+  float row_max[kRows];  // running max of the raw scores; -inf: nothing visible seen yet
+  float row_sum[kRows];  // this thread's part of sum exp2(s - row_max)
+
+  CUTE_DEVICE void reset() {
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      row_max[r] = -INFINITY;
+      row_sum[r] = 0.f;
+    }
+  }
+
+  // Turns the scores of one block (rows x cols view) into unnormalised probabilities and returns,
+  // per row, the factor by which earlier contributions (O and the sum) must be rescaled.
+  template <class ScoreTensor>
+  CUTE_DEVICE void update(ScoreTensor&& s, float factor, float (&rescale)[kRows]) {
+    static_assert(decltype(cute::size<0>(s))::value == kRows, "one softmax row per score row");
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      float block_max = row_max[r];
+      CUTE_UNROLL
+      for (int c = 0; c < cute::size<1>(s); ++c) block_max = fmaxf(block_max, s(r, c));
+      const float new_max = quad_allreduce(block_max, [](float a, float b) { return fmaxf(a, b); });
+      // A row that has seen only masked keys keeps max -inf; subtracting 0 instead keeps its
+      // probabilities at exp2(-inf) = 0 rather than NaN.
+      const float offset = new_max == -INFINITY ? 0.f : new_max * factor;
+      rescale[r] = fast_exp2(row_max[r] * factor - offset);
+      row_max[r] = new_max;
+      float sum = 0.f;
+      CUTE_UNROLL
+      for (int c = 0; c < cute::size<1>(s); ++c) {
+        s(r, c) = fast_exp2(fmaf(s(r, c), factor, -offset));
+        sum += s(r, c);
+      }
+      row_sum[r] = row_sum[r] * rescale[r] + sum;
+    }
+  }
+
+  // After the last block: the factor that normalises O (0 for rows with no visible key, so they
+  // come out as 0) and each row's natural-log LSE (-inf for such rows).
+  CUTE_DEVICE void finalize(float factor, float (&inv_sum)[kRows], float (&lse)[kRows]) const {
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const float sum = quad_allreduce(row_sum[r], [](float a, float b) { return a + b; });
+      inv_sum[r] = sum == 0.f ? 0.f : 1.f / sum;
+      lse[r] = sum == 0.f ? -INFINITY : (row_max[r] * factor + log2f(sum)) * 0.69314718055994530942f;
+    }
+  }
+};
+
+}  // namespace hopattn

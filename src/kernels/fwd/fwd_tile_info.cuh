@@ -1,0 +1,48 @@
+// Where one (m_block, head, batch) tile of the forward lives, and which key blocks it visits.
+// The producer and the consumers derive it the same way from the same schedule, so they agree on
+// every tile without talking to each other.
+#pragma once
+
+#include "kernels/common/block_range.hpp"
+#include "kernels/fwd/fwd_params.cuh"
+
+namespace hopattn {
+
+struct ForwardTile {
+  int m_block;
+  int head;
+  int head_kv;
+  int batch_coord;  // batch index of the TMA tensors (0 in varlen mode, where offsets locate sequences)
+  int batch;
+  int q_offset;     // first token of the sequence along the packed axis (0 in fixed-length mode)
+  int k_offset;
+  int seqlen_q;
+  int seqlen_k;
+  BlockRange n_blocks;  // key blocks to visit, all of them from n_blocks.end - 1 down
+  BlockRange unmasked;  // the ones among them that need no mask
+
+  CUTE_DEVICE bool has_rows(int block_m) const { return m_block * block_m < seqlen_q; }
+};
+
+template <class Traits>
+CUTE_DEVICE ForwardTile make_forward_tile(const ForwardParams<Traits>& params, int linear) {
+  const Problem& p = params.problem;
+  const WorkTile w = params.scheduler.tile(linear);
+  const Sequence q = p.queries.sequence(w.batch);
+  const Sequence k = p.keys.sequence(w.batch);
+  ForwardTile t;
+  t.m_block = w.m_block;
+  t.head = w.head;
+  t.head_kv = w.head / (p.heads / p.heads_kv);
+  t.batch = w.batch;
+  t.batch_coord = p.varlen() ? 0 : w.batch;
+  t.q_offset = static_cast<int>(q.offset);
+  t.k_offset = static_cast<int>(k.offset);
+  t.seqlen_q = q.length;
+  t.seqlen_k = k.length;
+  t.n_blocks = n_block_range(p.mask, w.m_block, Traits::kBlockM, Traits::kBlockN, q.length, k.length);
+  t.unmasked = n_block_range_unmasked(p.mask, w.m_block, Traits::kBlockM, Traits::kBlockN, q.length, k.length);
+  return t;
+}
+
+}  // namespace hopattn

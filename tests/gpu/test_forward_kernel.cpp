@@ -1,0 +1,362 @@
+// The Hopper forward kernel behind forward(): a sweep of dtypes, head dims (kernel dims and the
+// ones that run zero-padded on the next kernel dim up), masks, GQA/MQA, varlen and odd sizes
+// against the float64 GPU oracle with FA3's rule and poisoned outputs; a problem whose tensors
+// hold more than 2^31 elements; CUDA-graph capture; concurrent calls from several host threads.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "api/device.hpp"
+#include "hopattn/hopattn.hpp"
+#include "reference/cpu_reference.hpp"
+#include "testing/attention_case.hpp"
+#include "testing/gpu_oracle.hpp"
+#include "testing/tolerance.hpp"
+
+namespace hopattn::testing {
+namespace {
+
+class ForwardKernel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const Status device = check_current_device();
+    if (!device.ok()) GTEST_SKIP() << "needs an sm_90 GPU: " << device.message();
+  }
+};
+
+// Whether this build compiled a kernel that runs head_dim in dtype (see HOPATTN_HEADDIMS/DTYPES).
+bool built_for(DType dtype, int head_dim) {
+  const BuildInfo info = build_info();
+  const bool dtype_built = std::find(info.dtypes.begin(), info.dtypes.end(), dtype) != info.dtypes.end();
+  const bool dim_built =
+      std::any_of(info.head_dims.begin(), info.head_dims.end(), [&](int d) { return d >= head_dim; });
+  return dtype_built && dim_built;
+}
+
+void expect_ok(const ErrorReport& r) {
+  std::cout << "    " << r.str() << "\n";
+  EXPECT_TRUE(r.ok) << r.str();
+}
+
+// forward() on fresh random inputs into poisoned outputs, checked against the float64 GPU oracle.
+// A configuration the build left out must say so (kNotSupported naming the CMake option).
+void check_forward(const CaseSpec& spec) {
+  AttentionCase c(spec);
+  const Outputs out = c.new_outputs();
+  const Status s = forward(c.forward_args(out), nullptr);
+  if (!built_for(spec.dtype, spec.head_dim)) {
+    EXPECT_EQ(s.code(), StatusCode::kNotSupported) << s.message();
+    EXPECT_NE(s.message().find("HOPATTN_"), std::string::npos) << s.message();
+    return;
+  }
+  ASSERT_TRUE(s.ok()) << s.message();
+  check_cuda(cudaDeviceSynchronize(), "forward");
+  for (const ErrorReport& r : check_with_gpu_oracle(c, out, nullptr).forward) expect_ok(r);
+}
+
+struct NamedCase {
+  std::string name;
+  CaseSpec spec;
+};
+void PrintTo(const NamedCase& c, std::ostream* os) { *os << c.name; }
+
+struct MaskChoice {
+  const char* name;
+  bool causal;
+  int left, right;
+};
+constexpr MaskChoice kMasks[] = {{"none", false, -1, -1},  {"causal", true, -1, -1},     {"local37_11", false, 37, 11},
+                                 {"local0_0", false, 0, 0}, {"causal_left100", true, 100, -1}, {"right50", false, -1, 50}};
+struct HeadChoice {
+  const char* name;
+  int heads, heads_kv;
+};
+constexpr HeadChoice kHeadModes[] = {{"mha", 4, 4}, {"gqa", 6, 2}, {"mqa", 4, 1}};
+
+// dtype x head dim x (seqlen_q, seqlen_k), with the mask and head mode rotating so that every
+// combination of neighbours appears without a full cross product.
+std::vector<NamedCase> sweep_cases() {
+  const int head_dims[] = {64, 96, 128, 192, 256, 8, 40, 72, 80, 104, 160, 248};
+  const std::pair<int, int> seqlens[] = {{1, 1},     {1, 300},   {113, 203}, {799, 3},
+                                         {3, 799},   {128, 128}, {257, 1000}, {1000, 257}};
+  std::vector<NamedCase> all;
+  uint64_t seed = 5000;
+  int rotation = 0;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (int d : head_dims) {
+      for (const auto& [sq, sk] : seqlens) {
+        const MaskChoice& m = kMasks[rotation % std::size(kMasks)];
+        const HeadChoice& h = kHeadModes[(rotation / 2) % std::size(kHeadModes)];
+        ++rotation;
+        CaseSpec s;
+        s.dtype = dtype;
+        s.head_dim = d;
+        s.batch = 2;
+        s.seqlen_q = sq;
+        s.seqlen_k = sk;
+        s.heads = h.heads;
+        s.heads_kv = h.heads_kv;
+        s.causal = m.causal;
+        s.window_left = m.left;
+        s.window_right = m.right;
+        s.seed = seed++;
+        all.push_back({std::string(dtype == DType::kBFloat16 ? "bf16" : "fp16") + "_d" + std::to_string(d) + "_" +
+                           std::to_string(sq) + "x" + std::to_string(sk) + "_" + m.name + "_" + h.name,
+                       s});
+      }
+    }
+  }
+  return all;
+}
+
+// Larger and special problems: long sequences, strides, scales, varlen corner cases.
+std::vector<NamedCase> special_cases() {
+  std::vector<NamedCase> all;
+  uint64_t seed = 9000;
+  auto add = [&](std::string name, CaseSpec s) {
+    s.seed = seed++;
+    all.push_back({std::move(name), s});
+  };
+  for (int d : {64, 128, 256}) {
+    for (bool causal : {false, true}) {
+      CaseSpec s;
+      s.head_dim = d;
+      s.batch = 1;
+      s.heads = s.heads_kv = 2;
+      s.seqlen_q = s.seqlen_k = 4224;
+      s.causal = causal;
+      add("long_4224_d" + std::to_string(d) + (causal ? "_causal" : ""), s);
+    }
+  }
+  CaseSpec s;
+  s.batch = 3;
+  s.heads = 4;
+  s.heads_kv = 2;
+  s.head_dim = 128;
+  s.seqlen_q = 300;
+  s.seqlen_k = 517;
+  s.row_padding = 24;  // rows 24 elements apart: batch, row and head strides all distinct
+  add("strided_batch3_gqa", s);
+  s.causal = true;
+  s.dtype = DType::kFloat16;
+  add("strided_batch3_gqa_causal_fp16", s);
+
+  s = CaseSpec{};
+  s.head_dim = 128;
+  s.seqlen_q = s.seqlen_k = 333;
+  s.softmax_scale = -0.3f;  // a negative scale turns the max into a min: the softmax must not care
+  add("negative_scale", s);
+  s.softmax_scale = 2.0f;
+  s.causal = true;
+  add("large_scale_causal", s);
+
+  s = CaseSpec{};
+  s.head_dim = 128;
+  s.heads = 4;
+  s.heads_kv = 2;
+  s.varlen_seqlens_q = {0, 0, 300};  // leading empty sequences
+  s.varlen_seqlens_k = {0, 0, 411};
+  add("varlen_leading_empty", s);
+  s.varlen_seqlens_q = {0, 0, 0};
+  s.varlen_seqlens_k = {5, 0, 7};
+  add("varlen_all_queries_empty", s);
+  s.varlen_seqlens_q = {17, 0, 9};
+  s.varlen_seqlens_k = {0, 0, 0};
+  add("varlen_all_keys_empty", s);
+  s.varlen_seqlens_q = {130, 1, 257, 64, 0, 700};
+  s.varlen_seqlens_k = {200, 9, 129, 0, 33, 650};
+  s.causal = true;
+  add("varlen_causal_gqa", s);
+  s.causal = false;
+  s.window_left = 60;
+  s.window_right = 3;
+  s.seqused_q = {100, 1, 0, 64, 0, 511};
+  s.seqused_k = {200, 4, 100, 0, 10, 649};
+  add("varlen_local_seqused", s);
+  s.window_left = s.window_right = -1;
+  s.head_dim = 192;
+  s.dtype = DType::kFloat16;
+  s.seqused_q.clear();
+  s.seqused_k.clear();
+  add("varlen_d192_fp16", s);
+  s.head_dim = 72;
+  s.row_padding = 16;
+  add("varlen_d72_strided", s);
+  return all;
+}
+
+class ForwardSweep : public ForwardKernel, public ::testing::WithParamInterface<NamedCase> {};
+TEST_P(ForwardSweep, MatchesFloat64Oracle) { check_forward(GetParam().spec); }
+INSTANTIATE_TEST_SUITE_P(Sweep, ForwardSweep, ::testing::ValuesIn(sweep_cases()),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Special, ForwardSweep, ::testing::ValuesIn(special_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// Q and O hold more than 2^31 elements, so the rows at the end sit past any 32-bit offset. Only
+// a few hundred rows at each end are checked (against the float64 CPU reference on just those
+// rows: without a mask a query row's output depends only on that row and K/V).
+TEST_F(ForwardKernel, TensorsLargerThan2To31Elements) {
+  constexpr int kHeads = 16, kHeadDim = 128, kSeqlenK = 96, kChecked = 256;
+  if (!built_for(DType::kBFloat16, kHeadDim)) GTEST_SKIP() << "no bf16 d128 kernel in this build";
+  const int64_t seqlen_q = (int64_t{1} << 31) / (kHeads * kHeadDim) + 1000;
+  const int64_t row = int64_t{kHeads} * kHeadDim;
+  const int64_t q_elems = seqlen_q * row;
+  ASSERT_GT(q_elems, int64_t{1} << 31);
+
+  std::mt19937_64 rng(31);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  auto random_rows = [&](int64_t rows) {
+    std::vector<uint16_t> bits(rows * row);
+    for (uint16_t& b : bits) {
+      const float x = normal(rng);
+      uint32_t u;
+      std::memcpy(&u, &x, sizeof u);
+      b = static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);  // round to nearest even bf16
+    }
+    return bits;
+  };
+  // Q repeats one random block of rows; the checked rows are then known on the host.
+  const std::vector<uint16_t> q_block = random_rows(kChecked), k_bits = random_rows(kSeqlenK),
+                              v_bits = random_rows(kSeqlenK);
+  DeviceBuffer q(q_elems * 2), o(q_elems * 2), k(k_bits.size() * 2), v(v_bits.size() * 2);
+  for (int64_t r = 0; r < seqlen_q; r += kChecked) {
+    const int64_t rows = std::min<int64_t>(kChecked, seqlen_q - r);
+    check_cuda(cudaMemcpy(static_cast<uint16_t*>(q.data()) + r * row, q_block.data(), rows * row * 2,
+                          cudaMemcpyHostToDevice),
+               "upload q");
+  }
+  k.upload(k_bits.data(), k.bytes());
+  v.upload(v_bits.data(), v.bytes());
+  o.fill_bytes(0xFF);
+
+  ForwardArgs args;
+  args.q = make_tensor(q.data(), DType::kBFloat16, {1, seqlen_q, kHeads, kHeadDim});
+  args.k = make_tensor(k.data(), DType::kBFloat16, {1, kSeqlenK, 1, kHeadDim}, {kSeqlenK * row, row, row, 1});
+  args.v = make_tensor(v.data(), DType::kBFloat16, {1, kSeqlenK, 1, kHeadDim}, {kSeqlenK * row, row, row, 1});
+  args.o = make_tensor(o.data(), DType::kBFloat16, {1, seqlen_q, kHeads, kHeadDim});
+  const Status s = forward(args, nullptr);
+  ASSERT_TRUE(s.ok()) << s.message();
+  check_cuda(cudaDeviceSynchronize(), "forward");
+
+  // The checked rows: q_block's rows at each end of the sequence, in the same (repeating) order.
+  const cpu_reference::HostProblem hp = cpu_reference::fixed_length_problem(
+      1, kChecked, kSeqlenK, kHeads, 1, kHeadDim, 1.0 / std::sqrt(double(kHeadDim)), BandMask{});
+  auto to_double = [](const std::vector<uint16_t>& bits, int64_t stride_elems, int64_t used) {
+    std::vector<double> out;
+    for (int64_t r = 0; r < int64_t(bits.size()) / stride_elems; ++r) {
+      for (int64_t e = 0; e < used; ++e) {
+        const uint32_t u = uint32_t{bits[r * stride_elems + e]} << 16;
+        float f;
+        std::memcpy(&f, &u, sizeof f);
+        out.push_back(f);
+      }
+    }
+    return out;
+  };
+  const std::vector<double> qd = to_double(q_block, row, row);
+  const std::vector<double> kd = to_double(k_bits, row, kHeadDim), vd = to_double(v_bits, row, kHeadDim);
+  const auto exact = cpu_reference::forward(hp, qd, kd, vd);
+  const auto naive = cpu_reference::forward(hp, qd, kd, vd, cpu_reference::Rounding::kBFloat16);
+  const int64_t last_block = (seqlen_q - kChecked) / kChecked * kChecked;  // a whole q_block copy
+  for (int64_t first : {int64_t{0}, last_block}) {
+    std::vector<uint16_t> got_bits(kChecked * row);
+    check_cuda(cudaMemcpy(got_bits.data(), static_cast<uint16_t*>(o.data()) + first * row, got_bits.size() * 2,
+                          cudaMemcpyDeviceToHost),
+               "download o");
+    Downloaded got;
+    got.values = to_double(got_bits, row, row);
+    got.untouched.assign(got.values.size(), false);
+    expect_ok(check_against_reference("o rows from " + std::to_string(first), got, exact.o, naive.o,
+                                      DType::kBFloat16));
+  }
+  EXPECT_GT(last_block * row, int64_t{1} << 31) << "the checked rows must sit past 2^31 elements";
+}
+
+// The same forward, captured into a CUDA graph on a side stream and replayed, gives bitwise the
+// direct result: nothing in forward() synchronizes, allocates or copies to the host.
+TEST_F(ForwardKernel, CapturedInCudaGraphMatchesDirectCall) {
+  CaseSpec spec;
+  spec.head_dim = 128;
+  spec.causal = true;
+  spec.varlen_seqlens_q = {100, 0, 300};
+  spec.varlen_seqlens_k = {90, 10, 333};
+  spec.seed = 77;
+  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
+  AttentionCase c(spec);
+  const Outputs direct = c.new_outputs(), graphed = c.new_outputs();
+  ASSERT_TRUE(forward(c.forward_args(direct), nullptr).ok());
+  check_cuda(cudaDeviceSynchronize(), "direct forward");
+
+  cudaStream_t stream;
+  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  cudaGraph_t graph;
+  check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+  const Status s = forward(c.forward_args(graphed), stream);
+  check_cuda(cudaStreamEndCapture(stream, &graph), "end capture");
+  ASSERT_TRUE(s.ok()) << s.message();
+  cudaGraphExec_t exec;
+  check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  for (int i = 0; i < 3; ++i) check_cuda(cudaGraphLaunch(exec, stream), "replay");
+  check_cuda(cudaStreamSynchronize(stream), "replay");
+  for (Field f : {Field::kO, Field::kLse}) {
+    const Downloaded a = c.download(direct, f), b = c.download(graphed, f);
+    EXPECT_EQ(0, std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(double)));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// Several host threads calling forward() at once on their own streams get the single-threaded
+// results bitwise.
+TEST_F(ForwardKernel, ConcurrentCallsFromHostThreads) {
+  constexpr int kThreads = 4, kCallsPerThread = 5;
+  std::vector<CaseSpec> specs(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    specs[t].head_dim = 128;
+    specs[t].seqlen_q = 200 + 50 * t;
+    specs[t].seqlen_k = 300;
+    specs[t].causal = t % 2 == 1;
+    specs[t].seed = 400 + t;
+  }
+  if (!built_for(specs[0].dtype, 128)) GTEST_SKIP() << "no kernel for this case in this build";
+  std::vector<AttentionCase> cases(specs.begin(), specs.end());
+  std::vector<Outputs> expected, got;
+  for (const AttentionCase& c : cases) {
+    expected.push_back(c.new_outputs());
+    got.push_back(c.new_outputs());
+    ASSERT_TRUE(forward(c.forward_args(expected.back()), nullptr).ok());
+  }
+  check_cuda(cudaDeviceSynchronize(), "single-threaded forward");
+
+  std::vector<std::thread> threads;
+  std::vector<Status> failures(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      cudaStream_t stream;
+      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+      for (int i = 0; i < kCallsPerThread; ++i) {
+        const Status s = forward(cases[t].forward_args(got[t]), stream);
+        if (!s.ok()) failures[t] = s;
+      }
+      cudaStreamSynchronize(stream);
+      cudaStreamDestroy(stream);
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_TRUE(failures[t].ok()) << failures[t].message();
+    const Downloaded a = cases[t].download(expected[t], Field::kO), b = cases[t].download(got[t], Field::kO);
+    EXPECT_EQ(0, std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(double))) << "thread " << t;
+  }
+}
+
+}  // namespace
+}  // namespace hopattn::testing
