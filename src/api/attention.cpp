@@ -21,13 +21,7 @@ Status forward(const ForwardArgs& args, Stream stream) {
   ForwardTensors tensors;
   if (Status s = validate_forward(args, &problem, &tensors); !s.ok()) return s;
   if (Status s = check_current_device(); !s.ok()) return s;
-  if (problem.total_q() == 0) return Status();  // nothing to write
-  // Without a single key there is nothing to load either (and no valid TMA descriptor for K/V):
-  // every row is O = 0, LSE = -inf, which the simple kernel writes.
-  if (problem.total_k() == 0) {
-    return cuda_status(reference_forward(problem, tensors, kApiPrecision, stream), "forward kernel launch");
-  }
-  return run_forward_kernel(problem, tensors, stream);
+  return run_forward(problem, tensors, stream);
 }
 
 Status backward_workspace_size(const BackwardArgs& args, size_t* bytes) {

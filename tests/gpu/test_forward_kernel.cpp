@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <iostream>
 #include <random>
@@ -277,6 +278,39 @@ TEST_F(ForwardKernel, TensorsLargerThan2To31Elements) {
                                       DType::kBFloat16));
   }
   EXPECT_GT(last_block * row, int64_t{1} << 31) << "the checked rows must sit past 2^31 elements";
+}
+
+// K and V given once for the whole batch (batch stride 0) read as if each sequence had its copy.
+TEST_F(ForwardKernel, BroadcastKeysAndValuesMatchTheirCopies) {
+  CaseSpec spec;
+  spec.batch = 2;
+  spec.head_dim = 128;
+  spec.seqlen_q = 150;
+  spec.seqlen_k = 170;
+  spec.causal = true;
+  spec.seed = 13;
+  AttentionCase c(spec);
+  const Outputs broadcast = c.new_outputs(), copied = c.new_outputs();
+  ForwardArgs args = c.forward_args(broadcast);
+  args.k.stride[0] = 0;
+  args.v.stride[0] = 0;
+  const Status s = forward(args, nullptr);
+  ASSERT_TRUE(s.ok()) << s.message();
+  // Now give batch 1 a real copy of batch 0's K and V and run the regular path.
+  const ForwardArgs regular = c.forward_args(copied);
+  for (const Tensor* t : {&regular.k, &regular.v}) {
+    const size_t batch_bytes = size_t(t->stride[0]) * 2;
+    check_cuda(cudaMemcpy(static_cast<char*>(t->data) + batch_bytes, t->data, batch_bytes, cudaMemcpyDeviceToDevice),
+               "copy batch 0");
+  }
+  const Status r = forward(regular, nullptr);
+  if (r.code() == StatusCode::kNotSupported) GTEST_SKIP() << r.message();
+  ASSERT_TRUE(r.ok()) << r.message();
+  check_cuda(cudaDeviceSynchronize(), "forward");
+  const Downloaded a = c.download(broadcast, Field::kO), b = c.download(copied, Field::kO);
+  double worst = 0;
+  for (size_t i = 0; i < a.values.size(); ++i) worst = std::max(worst, std::abs(a.values[i] - b.values[i]));
+  EXPECT_LT(worst, 2e-2) << "broadcast and copied K/V disagree";  // bf16 rounding of O is ~4e-3
 }
 
 // The same forward, captured into a CUDA graph on a side stream and replayed, gives bitwise the

@@ -1,5 +1,8 @@
-// Static persistent tile scheduler: a grid of at most one CTA per SM, each CTA taking tiles
-// blockIdx.x, blockIdx.x + gridDim.x, ... of one linear order.
+// Static persistent tile scheduler: a grid of at most one CTA per SM, each CTA taking one tile of
+// every round of gridDim.x tiles of one linear order, in a zig-zag: CTA c takes position c of
+// even rounds and position gridDim.x - 1 - c of odd ones. Tiles come longest first, so each CTA
+// pairs a longer tile with a shorter one and the CTAs finish together (plain round-robin would
+// give CTA 0 the longest tile of every round).
 //
 // The order serves two goals. Longest first: within a section, tiles go from the last m_block to
 // the first, and under a causal mask (bottom-right aligned) the last query blocks see the most
@@ -26,6 +29,12 @@ struct TileScheduler {
 
   HOPATTN_HOST_DEVICE int total_tiles() const { return num_m_blocks * heads * batch; }
 
+  // The linear tile that CTA `cta` of `ctas` takes in round `round`; >= total_tiles() once the CTA
+  // is done (rounds only grow).
+  HOPATTN_HOST_DEVICE static int linear_tile(int round, int cta, int ctas) {
+    return round * ctas + (round % 2 == 0 ? cta : ctas - 1 - cta);
+  }
+
   HOPATTN_HOST_DEVICE WorkTile tile(int linear) const {
     const int tiles_per_section = section_pairs * num_m_blocks;
     const int section = linear / tiles_per_section;
@@ -41,7 +50,8 @@ struct TileScheduler {
     return w;
   }
 
-  // kv_bytes_per_head: K and V bytes one KV head's sequence occupies; group: query heads per KV head.
+  // kv_bytes_per_head: K and V bytes one KV head's sequence occupies (0: one section, a single
+  // longest-first order over all tiles); group: query heads per KV head.
   static TileScheduler make(int num_m_blocks, int heads, int batch, long long kv_bytes_per_head, int group,
                             long long l2_bytes) {
     TileScheduler s;

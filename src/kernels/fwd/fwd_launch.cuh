@@ -75,7 +75,10 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   params.lse = t.lse;
   params.scale_log2 = p.softmax_scale * 1.44269504088896340736f;
   const int num_m_blocks = (p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-  const long long kv_bytes_per_head = 2LL * p.max_seqlen_k * Traits::kHeadDim * sizeof(Element);
+  // Without a mask every tile has the same length and L2 sections pay; with one, tile lengths
+  // vary and only one global longest-first order lets the zig-zag balance the CTAs.
+  const long long kv_bytes_per_head =
+      p.mask.unbounded() ? 2LL * p.max_seqlen_k * Traits::kHeadDim * sizeof(Element) : 0;
   params.scheduler = TileScheduler::make(num_m_blocks, p.heads, p.batch, kv_bytes_per_head, p.heads / p.heads_kv,
                                          device.l2_bytes);
   return params;

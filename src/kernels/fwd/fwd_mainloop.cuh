@@ -51,7 +51,9 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   const bool leader = threadIdx.x == 0;
   bool first_q = true;
   const int total_tiles = params.scheduler.total_tiles();
-  for (int linear = blockIdx.x; linear < total_tiles; linear += gridDim.x) {
+  for (int round = 0;; ++round) {
+    const int linear = TileScheduler::linear_tile(round, blockIdx.x, gridDim.x);
+    if (linear >= total_tiles) break;
     const ForwardTile t = make_forward_tile(params, linear);
     if (t.n_blocks.empty()) continue;  // the consumers write this tile without loading anything
 
@@ -147,7 +149,9 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
   turns.start();
 
   const int total_tiles = params.scheduler.total_tiles();
-  for (int linear = blockIdx.x; linear < total_tiles; linear += gridDim.x) {
+  for (int round = 0;; ++round) {
+    const int linear = TileScheduler::linear_tile(round, blockIdx.x, gridDim.x);
+    if (linear >= total_tiles) break;
     const ForwardTile t = make_forward_tile(params, linear);
     if (!t.has_rows(Traits::kBlockM)) continue;
     if (t.n_blocks.empty()) {
@@ -222,11 +226,18 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
       warpgroup_wait<0>();
       pipeline_v.consumer_release(state_v);
       ++state_v;
-      cute::Tensor o = as_row_col(tOrO);
+      // Once the row maxima settle, most blocks leave them unchanged (every factor exactly 1):
+      // a warp then skips rescaling O, which costs as many multiplies as the softmax itself.
+      bool max_moved = false;
       CUTE_UNROLL
-      for (int r = 0; r < size<0>(o); ++r) {
+      for (int r = 0; r < kRows; ++r) max_moved |= rescale[r] != 1.f;
+      if (__any_sync(0xffffffff, max_moved)) {
+        cute::Tensor o = as_row_col(tOrO);
         CUTE_UNROLL
-        for (int c = 0; c < size<1>(o); ++c) o(r, c) *= rescale[r];
+        for (int r = 0; r < size<0>(o); ++r) {
+          CUTE_UNROLL
+          for (int c = 0; c < size<1>(o); ++c) o(r, c) *= rescale[r];
+        }
       }
       convert_fragment(tSrS, rP);
     }

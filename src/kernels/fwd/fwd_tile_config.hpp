@@ -12,18 +12,20 @@ struct ForwardTileConfig;
 // fit next to two K/V stages; the next tile's Q then waits for the epilogue.
 template <>
 struct ForwardTileConfig<64> {
-  static constexpr int kBlockM = 192, kBlockN = 128, kStages = 2;
+  static constexpr int kBlockM = 192, kBlockN = 128, kStages = 3;
   static constexpr bool kOStagedInQ = false;
 };
 template <>
 struct ForwardTileConfig<96> {
-  static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
+  static constexpr int kBlockM = 128, kBlockN = 128, kStages = 3;
   static constexpr bool kOStagedInQ = false;
 };
 template <>
 struct ForwardTileConfig<128> {
-  static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
-  static constexpr bool kOStagedInQ = false;
+  // Measured on the H200: a third K/V stage (O then staged in Q) gains 3-5% over two stages with
+  // a separate O buffer; 128 x 176 tiles lost 0-35% (spills, and fewer tiles at short seqlens).
+  static constexpr int kBlockM = 128, kBlockN = 128, kStages = 3;
+  static constexpr bool kOStagedInQ = true;
 };
 template <>
 struct ForwardTileConfig<192> {
