@@ -1,0 +1,347 @@
+"""The C ABI of libhopattn (include/hopattn/hopattn.h) through ctypes. Needs no PyTorch.
+
+Why ctypes and not a compiled extension: the library already has a C ABI, so binding it needs no
+PyTorch C++ headers at build time and no CPython extension module. The wheel holds one plain shared
+library (no CPython-version tag), and the same package works with any Python 3 and any
+PyTorch >= 2.4, which is what lets a package built on one machine run on another whose Python and
+PyTorch differ.
+
+The argument structs are declared twice, on purpose: as ctypes.Structure (the layout, checked
+against the C compiler's offsets by the tests) and as a `struct` format that packs all fields of a
+call in one C-level call; filling a ctypes.Structure field by field costs several microseconds
+per call. The two are checked against each other below, at import.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+import threading
+from pathlib import Path
+
+__all__ = [
+    "HopattnError",
+    "InvalidArgumentError",
+    "NotSupportedError",
+    "DeviceUnavailableError",
+    "CudaError",
+    "ArgumentTypeError",
+    "library",
+    "library_path",
+    "library_version",
+]
+
+# hopattn_status
+OK = 0
+ERROR_INVALID_ARGUMENT = 1
+ERROR_NOT_SUPPORTED = 2
+ERROR_DEVICE_UNAVAILABLE = 3
+ERROR_CUDA = 4
+
+# hopattn_dtype
+FLOAT16 = 0
+BFLOAT16 = 1
+FLOAT32 = 2
+
+MAX_RANK = 4
+
+
+class HopattnError(Exception):
+    """Base of every error hopattn raises; `code` is the library's hopattn_status (0 for errors
+    found in Python before the library was called) and `message` the library's message."""
+
+    def __init__(self, message: str, code: int = 0):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+class InvalidArgumentError(HopattnError, ValueError):
+    """HOPATTN_ERROR_INVALID_ARGUMENT: an argument breaks a documented rule (shape, stride,
+    alignment, mask, device placement); the message names the argument and the rule."""
+
+
+class ArgumentTypeError(HopattnError, TypeError):
+    """An argument has the wrong type or dtype (not a tensor, float32 inputs, int64 cu_seqlens)."""
+
+
+class NotSupportedError(HopattnError, NotImplementedError):
+    """HOPATTN_ERROR_NOT_SUPPORTED: valid, but this build or device cannot run it (for example a
+    head dim whose kernel this build did not compile). NotImplementedError is a RuntimeError."""
+
+
+class DeviceUnavailableError(HopattnError, RuntimeError):
+    """HOPATTN_ERROR_DEVICE_UNAVAILABLE: no CUDA device, or not a Hopper (sm_90) GPU."""
+
+
+class CudaError(HopattnError, RuntimeError):
+    """HOPATTN_ERROR_CUDA: the CUDA runtime reported an error."""
+
+
+_ERRORS = {
+    ERROR_INVALID_ARGUMENT: InvalidArgumentError,
+    ERROR_NOT_SUPPORTED: NotSupportedError,
+    ERROR_DEVICE_UNAVAILABLE: DeviceUnavailableError,
+    ERROR_CUDA: CudaError,
+}
+
+
+# --- struct layouts (mirror hopattn.h field by field) ---------------------------------------------
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int32),
+        ("rank", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * MAX_RANK),
+        ("stride", ctypes.c_int64 * MAX_RANK),
+    ]
+
+
+class IntArray(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("size", ctypes.c_int64)]
+
+
+class Varlen(ctypes.Structure):
+    _fields_ = [
+        ("cu_seqlens_q", IntArray),
+        ("cu_seqlens_k", IntArray),
+        ("seqused_q", IntArray),
+        ("seqused_k", IntArray),
+        ("max_seqlen_q", ctypes.c_int32),
+        ("max_seqlen_k", ctypes.c_int32),
+    ]
+
+
+class ForwardArgs(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("q", Tensor),
+        ("k", Tensor),
+        ("v", Tensor),
+        ("o", Tensor),
+        ("lse", Tensor),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("varlen", Varlen),
+    ]
+
+
+class BackwardArgs(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("q", Tensor),
+        ("k", Tensor),
+        ("v", Tensor),
+        ("o", Tensor),
+        ("lse", Tensor),
+        ("dout", Tensor),
+        ("dq", Tensor),
+        ("dk", Tensor),
+        ("dv", Tensor),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("varlen", Varlen),
+        ("deterministic", ctypes.c_int32),
+    ]
+
+
+# The same layouts as `struct` formats (native alignment, like the C compiler's), padded at the end
+# to the struct's size so that the library may read struct_size bytes.
+_TENSOR_FMT = "P2i4q4q"
+_INT_ARRAY_FMT = "Pq"
+_VARLEN_FMT = _INT_ARRAY_FMT * 4 + "2i"
+_COMMON_TAIL_FMT = "f3i" + _VARLEN_FMT
+
+
+def _padded(fmt: str, ctype) -> struct.Struct:
+    pad = ctypes.sizeof(ctype) - struct.calcsize("@" + fmt)
+    if pad < 0:
+        raise ImportError(f"hopattn: the struct format of {ctype.__name__} is larger than the C struct")
+    return struct.Struct("@" + fmt + (f"{pad}x" if pad else ""))
+
+
+_FORWARD = _padded("N" + _TENSOR_FMT * 5 + _COMMON_TAIL_FMT, ForwardArgs)
+_BACKWARD = _padded("N" + _TENSOR_FMT * 9 + _COMMON_TAIL_FMT + "i", BackwardArgs)
+FORWARD_ARGS_SIZE = ctypes.sizeof(ForwardArgs)
+BACKWARD_ARGS_SIZE = ctypes.sizeof(BackwardArgs)
+
+
+def _check_layouts() -> None:
+    """The struct formats must put every field where ctypes (the C layout) does."""
+
+    def offset_of(fmt_prefix: str) -> int:
+        return struct.calcsize("@" + fmt_prefix)
+
+    tensor = _TENSOR_FMT
+    expected = {
+        ForwardArgs: [
+            ("q", "N"),
+            ("lse", "N" + tensor * 4),
+            ("softmax_scale", "N" + tensor * 5),
+            ("varlen", "N" + tensor * 5 + "f3i"),
+        ],
+        BackwardArgs: [
+            ("dv", "N" + tensor * 8),
+            ("softmax_scale", "N" + tensor * 9),
+            ("varlen", "N" + tensor * 9 + "f3i"),
+            ("deterministic", "N" + tensor * 9 + _COMMON_TAIL_FMT),
+        ],
+    }
+    for ctype, fields in expected.items():
+        for name, prefix in fields:
+            if getattr(ctype, name).offset != offset_of(prefix):
+                raise ImportError(f"hopattn: {ctype.__name__}.{name} offset mismatch between ctypes and struct")
+    if _FORWARD.size != FORWARD_ARGS_SIZE or _BACKWARD.size != BACKWARD_ARGS_SIZE:
+        raise ImportError("hopattn: argument struct size mismatch between ctypes and struct")
+
+
+_check_layouts()
+
+_ZEROS = ((0, 0, 0, 0), (0, 0, 0), (0, 0), (0,), ())
+
+
+def tensor_fields(data: int, dtype: int, shape, stride) -> tuple:
+    """The 10 packed values of one hopattn_tensor (shape and stride padded with zeros)."""
+    pad = _ZEROS[len(shape)]
+    return (data, dtype, len(shape), *shape, *pad, *stride, *pad)
+
+
+EMPTY_TENSOR = tensor_fields(0, BFLOAT16, (), ())
+EMPTY_VARLEN = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+
+
+def pack_forward(q, k, v, o, lse, softmax_scale, causal, window_left, window_right, varlen=EMPTY_VARLEN) -> bytes:
+    """hopattn_forward_args as bytes: q..lse are tensor_fields() tuples, varlen 10 values
+    (cu_seqlens_q ptr, size, cu_seqlens_k ptr, size, seqused_q ptr, size, seqused_k ptr, size,
+    max_seqlen_q, max_seqlen_k)."""
+    return _FORWARD.pack(
+        FORWARD_ARGS_SIZE, *q, *k, *v, *o, *lse, softmax_scale, causal, window_left, window_right, *varlen
+    )
+
+
+def pack_backward(
+    q, k, v, o, lse, dout, dq, dk, dv, softmax_scale, causal, window_left, window_right, varlen, deterministic
+) -> bytes:
+    """hopattn_backward_args as bytes; see pack_forward."""
+    return _BACKWARD.pack(
+        BACKWARD_ARGS_SIZE,
+        *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv,
+        softmax_scale, causal, window_left, window_right, *varlen, deterministic,
+    )  # fmt: skip
+
+
+# --- the library ----------------------------------------------------------------------------------
+
+_LIBRARY_NAME = "libhopattn.so"
+_lock = threading.Lock()
+_library = None
+
+
+def library_path() -> Path:
+    """Where libhopattn.so is loaded from: $HOPATTN_LIBRARY if set (a build tree, say), else the
+    copy installed inside this package."""
+    override = os.environ.get("HOPATTN_LIBRARY")
+    return Path(override) if override else Path(__file__).with_name(_LIBRARY_NAME)
+
+
+def library() -> ctypes.CDLL:
+    """The loaded library with its function prototypes (loaded on first use, so that importing
+    hopattn never fails for lack of it)."""
+    global _library
+    if _library is not None:
+        return _library
+    with _lock:
+        if _library is None:
+            path = library_path()
+            if not path.is_file():
+                raise ImportError(
+                    f"hopattn: {path} does not exist. Install the package with `pip install .` from the "
+                    "hopattn repository (it builds the library), or point HOPATTN_LIBRARY at a built "
+                    "libhopattn.so (CMake target hopattn_shared)."
+                )
+            lib = ctypes.CDLL(str(path))
+            lib.hopattn_forward.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+            lib.hopattn_forward.restype = ctypes.c_int
+            lib.hopattn_backward_workspace_size.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
+            lib.hopattn_backward_workspace_size.restype = ctypes.c_int
+            lib.hopattn_backward.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+            lib.hopattn_backward.restype = ctypes.c_int
+            lib.hopattn_last_error.argtypes = []
+            lib.hopattn_last_error.restype = ctypes.c_char_p
+            lib.hopattn_version.argtypes = []
+            lib.hopattn_version.restype = ctypes.c_char_p
+            for name, ctype in (("hopattn_forward_args_init", ForwardArgs), ("hopattn_backward_args_init", BackwardArgs)):
+                init = getattr(lib, name)
+                init.argtypes = [ctypes.POINTER(ctype)]
+                init.restype = None
+            _check_library_layout(lib)
+            _library = lib
+    return _library
+
+
+def _check_library_layout(lib) -> None:
+    """The library's *_args_init must agree with this module about every default field, which
+    catches a header that changed without this module (struct_size is the C sizeof)."""
+    for name, ctype, size in (
+        ("hopattn_forward_args_init", ForwardArgs, FORWARD_ARGS_SIZE),
+        ("hopattn_backward_args_init", BackwardArgs, BACKWARD_ARGS_SIZE),
+    ):
+        args = ctype()
+        ctypes.memset(ctypes.byref(args), 0x5A, ctypes.sizeof(args))
+        getattr(lib, name)(ctypes.byref(args))
+        if args.struct_size != size or args.window_left != -1 or args.window_right != -1 or args.causal != 0:
+            raise ImportError(
+                f"hopattn: {name} sets struct_size {args.struct_size} (Python expects {size}) or other defaults "
+                "this module does not expect: the library and the Python package come from different versions"
+            )
+
+
+def library_version() -> str:
+    """hopattn_version() of the loaded library."""
+    return library().hopattn_version().decode()
+
+
+def last_error() -> str:
+    return library().hopattn_last_error().decode(errors="replace")
+
+
+def raise_for_status(status: int, what: str) -> None:
+    """Raises the exception for a non-zero hopattn_status, with the library's message."""
+    if status == OK:
+        return
+    message = last_error()
+    error = _ERRORS.get(status)
+    if error is None:
+        raise HopattnError(f"{what}: unknown hopattn_status {status}: {message}", status)
+    raise error(f"{what}: {message}", status)
+
+
+def forward(args: bytes, stream: int) -> None:
+    """hopattn_forward on packed arguments; raises on error."""
+    lib = _library if _library is not None else library()
+    status = lib.hopattn_forward(args, stream)
+    if status:
+        raise_for_status(status, "hopattn forward")
+
+
+def backward_workspace_size(args: bytes) -> int:
+    lib = _library if _library is not None else library()
+    size = ctypes.c_size_t(0)
+    status = lib.hopattn_backward_workspace_size(args, ctypes.byref(size))
+    if status:
+        raise_for_status(status, "hopattn backward")
+    return size.value
+
+
+def backward(args: bytes, workspace: int, workspace_bytes: int, stream: int) -> None:
+    lib = _library if _library is not None else library()
+    status = lib.hopattn_backward(args, workspace, workspace_bytes, stream)
+    if status:
+        raise_for_status(status, "hopattn backward")

@@ -1,0 +1,602 @@
+"""PyTorch integration: argument checks, the launches, autograd and the torch.library ops.
+
+Two paths lead to the same launch code:
+- torch.compile (and any tracing: fake tensors, dispatch modes, tensor subclasses) goes through the
+  operators hopattn::forward, hopattn::forward_varlen, hopattn::backward and
+  hopattn::backward_varlen, registered with torch.library.custom_op, with fake implementations and
+  register_autograd, so Dynamo traces them without graph breaks.
+- Plain eager calls on plain tensors skip the dispatcher and use a torch.autograd.Function directly:
+  a custom op's Python dispatch costs tens of microseconds per call in eager mode (measured at
+  ~25 us without and ~60 us with autograd on a loaded CPU), several times the whole launch.
+
+Every launch uses the current CUDA stream of the tensors' device and takes its memory (outputs and
+the backward workspace) from PyTorch's caching allocator, so CUDA-graph capture and replay work.
+"""
+
+from typing import Optional, Tuple
+
+import torch
+
+from . import _capi
+from ._capi import ArgumentTypeError, InvalidArgumentError
+
+Tensor = torch.Tensor
+
+_DTYPE_CODES = {torch.float16: _capi.FLOAT16, torch.bfloat16: _capi.BFLOAT16}
+
+_len_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_mode", None)
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _current_stream(device_index: int) -> int:
+    if _raw_stream is not None:
+        return _raw_stream(device_index)
+    return torch.cuda.current_stream(device_index).cuda_stream
+
+
+# --- checks (run on real and on fake tensors) ----------------------------------------------------
+
+
+def _no_cuda_hint() -> str:
+    if torch.cuda.is_available():
+        return ""
+    return " (PyTorch sees no CUDA device on this machine: hopattn needs an NVIDIA Hopper GPU, H100/H200)"
+
+
+def _check_qkv(q, k, v) -> None:
+    """What the library cannot see from pointers: tensor types, devices, dtypes."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor):
+            raise ArgumentTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if q.device.type != "cuda" and q.device.type != "meta":  # meta: shapes only, through the fake impls
+        raise InvalidArgumentError(f"q is on {q.device}, but hopattn runs on CUDA tensors{_no_cuda_hint()}")
+    for name, t in (("k", k), ("v", v)):
+        if t.device != q.device:
+            raise InvalidArgumentError(f"{name} is on {t.device} but q is on {q.device}; all tensors must share a device")
+    if q.dtype not in _DTYPE_CODES:
+        raise ArgumentTypeError(f"q.dtype is {q.dtype} but must be torch.float16 or torch.bfloat16")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise ArgumentTypeError(f"{name}.dtype is {t.dtype} but must be {q.dtype} (the dtype of q)")
+
+
+def _check_index_array(name: str, t, device) -> None:
+    if not isinstance(t, Tensor):
+        raise ArgumentTypeError(f"{name} must be a torch.Tensor of int32, got {type(t).__name__}")
+    if t.dtype != torch.int32:
+        raise ArgumentTypeError(f"{name}.dtype is {t.dtype} but must be torch.int32")
+    if t.dim() != 1:
+        raise InvalidArgumentError(f"{name} has shape {tuple(t.shape)} but must be 1-D")
+    if t.device != device:
+        raise InvalidArgumentError(f"{name} is on {t.device} but q is on {device}; all tensors must share a device")
+
+
+def _check_varlen(q, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k) -> None:
+    _check_index_array("cu_seqlens_q", cu_seqlens_q, q.device)
+    _check_index_array("cu_seqlens_k", cu_seqlens_k, q.device)
+    if seqused_q is not None:
+        _check_index_array("seqused_q", seqused_q, q.device)
+    if seqused_k is not None:
+        _check_index_array("seqused_k", seqused_k, q.device)
+    _check_max_seqlens(max_seqlen_q, max_seqlen_k)
+
+
+def _check_max_seqlens(max_seqlen_q, max_seqlen_k) -> None:
+    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if isinstance(value, Tensor) or not isinstance(value, (int, torch.SymInt)) or isinstance(value, bool):
+            raise ArgumentTypeError(
+                f"{name} must be a Python int (no tensor: reading one back would synchronise), got {type(value).__name__}"
+            )
+
+
+def _window(window_size) -> Tuple[int, int]:
+    try:
+        left, right = window_size
+        left, right = int(left), int(right)
+    except (TypeError, ValueError):
+        raise ArgumentTypeError(f"window_size must be a pair of ints (left, right), got {window_size!r}") from None
+    return left, right
+
+
+# --- launches -------------------------------------------------------------------------------------
+
+
+def _fields(t: Tensor, code: int) -> tuple:
+    return _capi.tensor_fields(t.data_ptr(), code, t.shape, t.stride())
+
+
+def _index_fields(t: Optional[Tensor]) -> tuple:
+    if t is None:
+        return (0, 0)
+    return (t.data_ptr(), t.shape[0])
+
+
+def _index_array(t: Optional[Tensor]) -> Optional[Tensor]:
+    return t if t is None or t.stride(0) == 1 else t.contiguous()
+
+
+def _varlen_fields(cu_q, cu_k, used_q, used_k, max_q, max_k) -> tuple:
+    return (*_index_fields(cu_q), *_index_fields(cu_k), *_index_fields(used_q), *_index_fields(used_k), max_q, max_k)
+
+
+class _OnDevice:
+    """Makes the tensors' device current for the library (it launches on the current device) and
+    gives its current stream; restores the previous device afterwards."""
+
+    __slots__ = ("index", "previous")
+
+    def __init__(self, device: torch.device):
+        self.index = device.index if device.index is not None else torch.cuda.current_device()
+        self.previous = -1
+
+    def __enter__(self) -> int:
+        current = torch.cuda.current_device()
+        if current != self.index:
+            self.previous = current
+            torch.cuda.set_device(self.index)
+        return _current_stream(self.index)
+
+    def __exit__(self, *exc) -> None:
+        if self.previous >= 0:
+            torch.cuda.set_device(self.previous)
+
+
+def _usable_for_writing(t: Tensor) -> bool:
+    """Whether the library accepts `t` as it is (16-byte aligned, last dim contiguous, other
+    strides multiples of 8 elements), so that dout never needs a copy when it does not have to."""
+    if t.data_ptr() % 16:
+        return False
+    stride = t.stride()
+    if stride[-1] != 1 and t.shape[-1] > 1:
+        return False
+    return all(s % 8 == 0 for s, n in zip(stride[:-1], t.shape[:-1]) if n > 1)
+
+
+def forward_impl(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    seqused_q: Optional[Tensor],
+    seqused_k: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+) -> Tuple[Tensor, Tensor]:
+    _check_qkv(q, k, v)
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    code = _DTYPE_CODES[q.dtype]
+    if varlen:
+        _check_varlen(q, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
+        cu_seqlens_q, cu_seqlens_k = _index_array(cu_seqlens_q), _index_array(cu_seqlens_k)
+        seqused_q, seqused_k = _index_array(seqused_q), _index_array(seqused_k)
+        # Rows that no sequence covers (or beyond seqused) are not written by the library: they
+        # read as rows that see no key, O = 0 and LSE = -inf.
+        out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
+        lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
+        varlen_fields = _varlen_fields(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
+    else:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+        varlen_fields = _capi.EMPTY_VARLEN
+    args = _capi.pack_forward(
+        _fields(q, code),
+        _fields(k, code),
+        _fields(v, code),
+        _fields(out, code),
+        _fields(lse, _capi.FLOAT32),
+        float(softmax_scale),
+        int(bool(causal)),
+        int(window_left),
+        int(window_right),
+        varlen_fields,
+    )
+    with _OnDevice(q.device) as stream:
+        _capi.forward(args, stream)
+    return out, lse
+
+
+def backward_impl(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    seqused_q: Optional[Tensor],
+    seqused_k: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    deterministic: bool,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    _check_qkv(q, k, v)
+    for name, t in (("dout", dout), ("out", out), ("lse", lse)):
+        if not isinstance(t, Tensor):
+            raise ArgumentTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.device != q.device:
+            raise InvalidArgumentError(f"{name} is on {t.device} but q is on {q.device}; all tensors must share a device")
+    if dout.dtype != q.dtype:
+        dout = dout.to(q.dtype)
+    if not _usable_for_writing(dout):
+        dout = dout.contiguous()
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    code = _DTYPE_CODES[q.dtype]
+    if varlen:
+        _check_varlen(q, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
+        cu_seqlens_q, cu_seqlens_k = _index_array(cu_seqlens_q), _index_array(cu_seqlens_k)
+        seqused_q, seqused_k = _index_array(seqused_q), _index_array(seqused_k)
+        # As in the forward: rows outside every sequence get zero gradients.
+        new = torch.zeros
+        varlen_fields = _varlen_fields(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
+    else:
+        new = torch.empty
+        varlen_fields = _capi.EMPTY_VARLEN
+    dq = new(q.shape, dtype=q.dtype, device=q.device)
+    dk = new(k.shape, dtype=q.dtype, device=q.device)
+    dv = new(v.shape, dtype=q.dtype, device=q.device)
+    args = _capi.pack_backward(
+        _fields(q, code),
+        _fields(k, code),
+        _fields(v, code),
+        _fields(out, code),
+        _fields(lse, _capi.FLOAT32),
+        _fields(dout, code),
+        _fields(dq, code),
+        _fields(dk, code),
+        _fields(dv, code),
+        float(softmax_scale),
+        int(bool(causal)),
+        int(window_left),
+        int(window_right),
+        varlen_fields,
+        int(bool(deterministic)),
+    )
+    workspace_bytes = _capi.backward_workspace_size(args)
+    # From the caching allocator: no cudaMalloc per call, and capturable in a CUDA graph.
+    workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device) if workspace_bytes else None
+    with _OnDevice(q.device) as stream:
+        _capi.backward(args, workspace.data_ptr() if workspace is not None else 0, workspace_bytes, stream)
+    return dq, dk, dv
+
+
+# --- torch.library operators (torch.compile, tracing) --------------------------------------------
+
+
+@torch.library.custom_op("hopattn::forward", mutates_args=())
+def _forward_op(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    deterministic: bool,
+) -> Tuple[Tensor, Tensor]:
+    return forward_impl(q, k, v, None, None, None, None, 0, 0, softmax_scale, causal, window_left, window_right)
+
+
+@_forward_op.register_fake
+def _forward_fake(q, k, v, softmax_scale, causal, window_left, window_right, deterministic):
+    _check_qkv(q, k, v)
+    return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
+
+@torch.library.custom_op("hopattn::forward_varlen", mutates_args=())
+def _forward_varlen_op(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    seqused_q: Optional[Tensor],
+    seqused_k: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    deterministic: bool,
+) -> Tuple[Tensor, Tensor]:
+    return forward_impl(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k,
+        softmax_scale, causal, window_left, window_right,
+    )  # fmt: skip
+
+
+@_forward_varlen_op.register_fake
+def _forward_varlen_fake(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k,
+    softmax_scale, causal, window_left, window_right, deterministic,
+):  # fmt: skip
+    _check_qkv(q, k, v)
+    _check_varlen(q, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
+    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+@torch.library.custom_op("hopattn::backward", mutates_args=())
+def _backward_op(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    deterministic: bool,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    return backward_impl(
+        dout, q, k, v, out, lse, None, None, None, None, 0, 0,
+        softmax_scale, causal, window_left, window_right, deterministic,
+    )  # fmt: skip
+
+
+@_backward_op.register_fake
+def _backward_fake(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, deterministic):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+@torch.library.custom_op("hopattn::backward_varlen", mutates_args=())
+def _backward_varlen_op(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    seqused_q: Optional[Tensor],
+    seqused_k: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    deterministic: bool,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    return backward_impl(
+        dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k,
+        softmax_scale, causal, window_left, window_right, deterministic,
+    )  # fmt: skip
+
+
+@_backward_varlen_op.register_fake
+def _backward_varlen_fake(
+    dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k,
+    softmax_scale, causal, window_left, window_right, deterministic,
+):  # fmt: skip
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_forward(ctx, inputs, output):
+    q, k, v, softmax_scale, causal, window_left, window_right, deterministic = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.params = (softmax_scale, causal, window_left, window_right, deterministic)
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward_forward(ctx, dout, dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.hopattn.backward(dout, q, k, v, out, lse, *ctx.params)
+    return dq, dk, dv, None, None, None, None, None
+
+
+_forward_op.register_autograd(_backward_forward, setup_context=_setup_forward)
+
+
+def _setup_forward_varlen(ctx, inputs, output):
+    (q, k, v, cu_q, cu_k, used_q, used_k, max_q, max_k, softmax_scale, causal, window_left, window_right,
+     deterministic) = inputs  # fmt: skip
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_q, used_k)
+    ctx.params = (max_q, max_k, softmax_scale, causal, window_left, window_right, deterministic)
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward_forward_varlen(ctx, dout, dlse):
+    q, k, v, out, lse, cu_q, cu_k, used_q, used_k = ctx.saved_tensors
+    dq, dk, dv = torch.ops.hopattn.backward_varlen(dout, q, k, v, out, lse, cu_q, cu_k, used_q, used_k, *ctx.params)
+    return (dq, dk, dv) + (None,) * 11
+
+
+_forward_varlen_op.register_autograd(_backward_forward_varlen, setup_context=_setup_forward_varlen)
+
+
+# --- eager path -----------------------------------------------------------------------------------
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, softmax_scale, causal, window_left, window_right, deterministic):
+        out, lse = forward_impl(q, k, v, None, None, None, None, 0, 0, softmax_scale, causal, window_left, window_right)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.params = (softmax_scale, causal, window_left, window_right, deterministic)
+        ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)  # no zero tensor for lse's (ignored) gradient
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        if dout is None:  # out did not reach the loss
+            return (None,) * 8
+        q, k, v, out, lse = ctx.saved_tensors
+        s, c, wl, wr, det = ctx.params
+        dq, dk, dv = backward_impl(dout, q, k, v, out, lse, None, None, None, None, 0, 0, s, c, wl, wr, det)
+        return dq, dk, dv, None, None, None, None, None
+
+
+class _AttentionVarlen(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, cu_q, cu_k, used_q, used_k, max_q, max_k, softmax_scale, causal, wl, wr, det):
+        out, lse = forward_impl(q, k, v, cu_q, cu_k, used_q, used_k, max_q, max_k, softmax_scale, causal, wl, wr)
+        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_q, used_k)
+        ctx.params = (max_q, max_k, softmax_scale, causal, wl, wr, det)
+        ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        if dout is None:
+            return (None,) * 14
+        q, k, v, out, lse, cu_q, cu_k, used_q, used_k = ctx.saved_tensors
+        max_q, max_k, s, c, wl, wr, det = ctx.params
+        dq, dk, dv = backward_impl(dout, q, k, v, out, lse, cu_q, cu_k, used_q, used_k, max_q, max_k, s, c, wl, wr, det)
+        return (dq, dk, dv) + (None,) * 11
+
+
+def _use_ops(*tensors) -> bool:
+    """Whether to go through the torch.library operators: while compiling or tracing (fake tensors,
+    tensor subclasses, dispatch modes), where only operators are seen, and for meta tensors (their
+    shapes come from the fake implementations)."""
+    if torch.compiler.is_compiling():
+        return True
+    if _len_dispatch_modes is not None and _len_dispatch_modes() > 0:
+        return True
+    for t in tensors:
+        if t is None:
+            continue
+        if not isinstance(t, Tensor):
+            return False  # the eager path's checks reject it with a TypeError
+        if type(t) is not Tensor or t.device.type == "meta":
+            return True
+    return False
+
+
+def _needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in tensors)
+
+
+# --- public functions -----------------------------------------------------------------------------
+
+
+def _scale(softmax_scale) -> float:
+    # 0 is the library's "default" (1/sqrt(head_dim)); None means the same.
+    return 0.0 if softmax_scale is None else float(softmax_scale)
+
+
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_size: Tuple[int, int] = (-1, -1),
+    deterministic: bool = False,
+    return_lse: bool = False,
+):
+    """Exact attention softmax(scale * Q K^T + mask) V on a Hopper GPU, differentiable in q, k, v.
+
+    Args:
+        q: (batch, seqlen_q, heads, head_dim), float16 or bfloat16, on a CUDA (sm_90) device.
+        k, v: (batch, seqlen_k, heads_kv, head_dim), same dtype and device. heads must be a
+            multiple of heads_kv: query head h reads key/value head h // (heads // heads_kv)
+            (GQA; MQA when heads_kv == 1). head_dim is a multiple of 8 up to 256.
+            Strided views are accepted as they are (no copy) when the last dimension is contiguous,
+            every other stride is a multiple of 8 elements and the data is 16-byte aligned, for
+            example q, k, v sliced out of one packed qkv tensor; anything else raises ValueError.
+        softmax_scale: None (or 0) for 1/sqrt(head_dim).
+        causal: mask future keys; the mask is aligned to the bottom right when seqlen_q != seqlen_k.
+        window_size: (left, right) sliding window, -1 for unbounded on that side. With
+            shift = seqlen_k - seqlen_q, query i sees key j iff
+            i + shift - left <= j <= i + shift + right. causal=True is right = 0 (left stays, so
+            causal with left >= 0 is a causal sliding window); causal with right > 0 is rejected.
+            A query that sees no key gets out = 0 and lse = -inf.
+        deterministic: bitwise-reproducible backward.
+        return_lse: also return the log-sum-exp.
+
+    Returns:
+        out, (batch, seqlen_q, heads, head_dim) in q's dtype; with return_lse=True the pair
+        (out, lse), lse float32 of shape (batch, heads, seqlen_q) (note: heads before seqlen),
+        natural log of sum_j exp(scale * q_i . k_j) over visible keys. lse is not differentiable
+        (a gradient flowing into it is ignored).
+
+    Raises:
+        TypeError (ArgumentTypeError) for non-tensors or wrong dtypes; ValueError
+        (InvalidArgumentError) for bad shapes, strides, masks, CPU tensors or tensors on different
+        devices; RuntimeError (DeviceUnavailableError) when the device is not a Hopper GPU;
+        NotImplementedError (NotSupportedError) when this build has no kernel for the head dim or
+        dtype. Messages are the library's and name the argument and the rule.
+    """
+    window_left, window_right = _window(window_size)
+    scale = _scale(softmax_scale)
+    if _use_ops(q, k, v):
+        out, lse = torch.ops.hopattn.forward(q, k, v, scale, bool(causal), window_left, window_right, bool(deterministic))
+    elif _needs_grad(q, k, v):
+        out, lse = _Attention.apply(q, k, v, scale, bool(causal), window_left, window_right, bool(deterministic))
+    else:
+        out, lse = forward_impl(q, k, v, None, None, None, None, 0, 0, scale, causal, window_left, window_right)
+    return (out, lse) if return_lse else out
+
+
+def attention_varlen(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    *,
+    seqused_q: Optional[Tensor] = None,
+    seqused_k: Optional[Tensor] = None,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_size: Tuple[int, int] = (-1, -1),
+    deterministic: bool = False,
+    return_lse: bool = False,
+):
+    """Attention over a packed batch of variable-length sequences; differentiable in q, k, v.
+
+    Args:
+        q: (total_q, heads, head_dim); k, v: (total_k, heads_kv, head_dim); dtypes, GQA and strides
+            as in attention().
+        cu_seqlens_q, cu_seqlens_k: int32 (batch + 1,) prefix sums on q's device: sequence b holds
+            tokens [cu_seqlens[b], cu_seqlens[b + 1]). Sequences of length 0 are allowed.
+        max_seqlen_q, max_seqlen_k: Python ints, at least every sequence's length (ints, not
+            tensors, so that nothing synchronises and torch.compile needs no .item()).
+        seqused_q, seqused_k: optional int32 (batch,): how many tokens of each sequence are real;
+            the rest are neither read nor attended to.
+        softmax_scale, causal, window_size, deterministic: as in attention(), with the mask
+            aligned per sequence (shift = len_k(b) - len_q(b)).
+
+    Returns:
+        out (total_q, heads, head_dim), or (out, lse) with return_lse=True, lse float32 of shape
+        (heads, total_q) (heads first, tokens packed as in q). Rows that belong to no sequence or
+        lie beyond seqused get out = 0 and lse = -inf, like rows that see no key, and zero
+        gradients.
+
+    Raises:
+        As attention(); also TypeError when cu_seqlens/seqused are not int32 or max_seqlen is not
+        a Python int.
+    """
+    window_left, window_right = _window(window_size)
+    _check_max_seqlens(max_seqlen_q, max_seqlen_k)  # before the dispatcher, which would convert a tensor
+    scale = _scale(softmax_scale)
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, scale,
+            bool(causal), window_left, window_right)  # fmt: skip
+    if _use_ops(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k):
+        out, lse = torch.ops.hopattn.forward_varlen(*args, bool(deterministic))
+    elif _needs_grad(q, k, v):
+        out, lse = _AttentionVarlen.apply(*args, bool(deterministic))
+    else:
+        out, lse = forward_impl(*args)
+    return (out, lse) if return_lse else out

@@ -1,0 +1,127 @@
+"""Drop-in for FlashAttention-3's `flash_attn_interface` (the hopper/ package of flash-attention).
+
+Change `from flash_attn_interface import flash_attn_func, flash_attn_varlen_func` to
+`from hopattn import flash_attn_func, flash_attn_varlen_func` (or
+`import hopattn.flash_attn_interface as flash_attn_interface`). Argument names, positions, defaults
+and return values are FlashAttention-3's:
+- returns `out`, or `(out, softmax_lse)` with return_attn_probs=True; softmax_lse is float32
+  (batch, heads, seqlen_q), or (heads, total_q) for the varlen function;
+- window_size=(left, right), -1 unbounded; query i sees key j iff
+  i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right; causal=True sets
+  right = 0 (as FlashAttention-3 does, so causal with a right window is not an error here);
+- softmax_scale=None is 1/sqrt(head_dim); GQA/MQA by head counts; deterministic backward.
+Not supported (NotImplementedError, a RuntimeError): qv, q/k/v_descale (FP8), attention_chunk != 0,
+softcap != 0. num_splits, pack_gqa and sm_margin are performance hints; they are accepted and ignored.
+Inputs whose last dimension is not contiguous are copied first, as FlashAttention-3 does.
+"""
+
+from . import _torch
+from ._capi import NotSupportedError
+
+__all__ = ["flash_attn_func", "flash_attn_varlen_func"]
+
+
+def _maybe_contiguous(x):
+    return x.contiguous() if x is not None and hasattr(x, "stride") and x.stride(-1) != 1 else x
+
+
+def _reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk, softcap):
+    if qv is not None:
+        raise NotSupportedError("hopattn: qv is not supported")
+    if q_descale is not None or k_descale is not None or v_descale is not None:
+        raise NotSupportedError("hopattn: FP8 inputs (q_descale/k_descale/v_descale) are not supported yet")
+    if attention_chunk:
+        raise NotSupportedError(f"hopattn: attention_chunk={attention_chunk} is not supported (only 0)")
+    if softcap:
+        raise NotSupportedError(f"hopattn: softcap={softcap} is not supported yet (only 0.0)")
+
+
+def _window(causal, window_size):
+    left, right = _torch._window(window_size)
+    return (left, 0) if causal else (left, right)
+
+
+def flash_attn_func(
+    q,
+    k,
+    v,
+    softmax_scale=None,
+    causal=False,
+    qv=None,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    window_size=(-1, -1),
+    attention_chunk=0,
+    softcap=0.0,
+    num_splits=1,
+    pack_gqa=None,
+    deterministic=False,
+    sm_margin=0,
+    return_attn_probs=False,
+):
+    """FlashAttention-3's flash_attn_func on hopattn. q: (batch, seqlen_q, heads, head_dim),
+    k, v: (batch, seqlen_k, heads_kv, head_dim). Returns out (batch, seqlen_q, heads, head_dim),
+    or (out, softmax_lse) with return_attn_probs=True, softmax_lse float32 (batch, heads, seqlen_q).
+    See hopattn.attention for the mask and the errors."""
+    _reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk, softcap)
+    q, k, v = _maybe_contiguous(q), _maybe_contiguous(k), _maybe_contiguous(v)
+    return _torch.attention(
+        q,
+        k,
+        v,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window_size=_window(causal, window_size),
+        deterministic=deterministic,
+        return_lse=return_attn_probs,
+    )
+
+
+def flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    seqused_q=None,
+    seqused_k=None,
+    softmax_scale=None,
+    causal=False,
+    qv=None,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    window_size=(-1, -1),
+    attention_chunk=0,
+    softcap=0.0,
+    num_splits=1,
+    pack_gqa=None,
+    deterministic=False,
+    sm_margin=0,
+    return_attn_probs=False,
+):
+    """FlashAttention-3's flash_attn_varlen_func on hopattn. q: (total_q, heads, head_dim),
+    k, v: (total_k, heads_kv, head_dim), cu_seqlens_* int32 (batch + 1,), max_seqlen_* Python ints.
+    Returns out (total_q, heads, head_dim), or (out, softmax_lse) with return_attn_probs=True,
+    softmax_lse float32 (heads, total_q). See hopattn.attention_varlen."""
+    _reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk, softcap)
+    q, k, v = _maybe_contiguous(q), _maybe_contiguous(k), _maybe_contiguous(v)
+    return _torch.attention_varlen(
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        seqused_q=seqused_q,
+        seqused_k=seqused_k,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window_size=_window(causal, window_size),
+        deterministic=deterministic,
+        return_lse=return_attn_probs,
+    )

@@ -1,0 +1,248 @@
+"""The ctypes binding of hopattn.h, without PyTorch and without a GPU: struct layouts against the C
+compiler, and every field reaching the library (each wrong field gets the library's message
+naming it). Only calls that the library rejects before looking for a device are made with
+made-up pointers, so these tests are safe on a GPU machine too."""
+
+import ctypes
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import REPO
+from hopattn import _capi
+
+BF16, FP16, FP32 = _capi.BFLOAT16, _capi.FLOAT16, _capi.FLOAT32
+
+
+# --- layout against the C compiler ---------------------------------------------------------------
+
+_FIELDS = {
+    "hopattn_tensor": (_capi.Tensor, ["data", "dtype", "rank", "shape", "stride"]),
+    "hopattn_int_array": (_capi.IntArray, ["data", "size"]),
+    "hopattn_varlen": (_capi.Varlen, ["cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k",
+                                      "max_seqlen_q", "max_seqlen_k"]),
+    "hopattn_forward_args": (_capi.ForwardArgs, [f for f, _ in _capi.ForwardArgs._fields_]),
+    "hopattn_backward_args": (_capi.BackwardArgs, [f for f, _ in _capi.BackwardArgs._fields_]),
+}
+
+
+def test_struct_layouts_match_the_c_compiler(tmp_path):
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler to compare the layouts with")
+    lines = ["#include <stddef.h>", "#include <stdio.h>", '#include "hopattn/hopattn.h"', "int main(void) {"]
+    for struct_name, (_, fields) in _FIELDS.items():
+        lines.append(f'  printf("{struct_name} sizeof %zu\\n", sizeof({struct_name}));')
+        for field in fields:
+            lines.append(f'  printf("{struct_name} {field} %zu\\n", offsetof({struct_name}, {field}));')
+    lines += ["  return 0;", "}"]
+    source = tmp_path / "layout.c"
+    source.write_text("\n".join(lines))
+    exe = tmp_path / "layout"
+    subprocess.run([cc, "-std=c99", "-I", str(REPO / "include"), str(source), "-o", str(exe)], check=True)
+    c_layout = {}
+    for line in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines():
+        struct_name, field, value = line.split()
+        c_layout[(struct_name, field)] = int(value)
+    for struct_name, (ctype, fields) in _FIELDS.items():
+        assert ctypes.sizeof(ctype) == c_layout[(struct_name, "sizeof")], struct_name
+        for field in fields:
+            assert getattr(ctype, field).offset == c_layout[(struct_name, field)], f"{struct_name}.{field}"
+
+
+def test_packed_structs_agree_with_ctypes():
+    """pack_forward fills the same bytes as setting the ctypes fields one by one."""
+    q = _capi.tensor_fields(0x1000, BF16, (2, 3, 4, 8), (96, 32, 8, 1))
+    lse = _capi.tensor_fields(0x2000, FP32, (2, 4, 3), (12, 3, 1))
+    varlen = (0x3000, 3, 0x4000, 3, 0x5000, 2, 0, 0, 7, 9)
+    packed = _capi.pack_forward(q, q, q, q, lse, 0.5, 1, 5, 0, varlen)
+    args = _capi.ForwardArgs.from_buffer_copy(packed)
+    assert args.struct_size == ctypes.sizeof(_capi.ForwardArgs) == len(packed)
+    assert args.q.data == 0x1000 and args.q.rank == 4 and list(args.q.shape) == [2, 3, 4, 8]
+    assert list(args.q.stride) == [96, 32, 8, 1]
+    assert args.lse.dtype == FP32 and args.lse.rank == 3 and list(args.lse.shape) == [2, 4, 3, 0]
+    assert args.softmax_scale == 0.5 and args.causal == 1 and args.window_left == 5 and args.window_right == 0
+    assert args.varlen.cu_seqlens_q.data == 0x3000 and args.varlen.cu_seqlens_k.size == 3
+    assert args.varlen.seqused_q.data == 0x5000 and not args.varlen.seqused_k.data
+    assert args.varlen.max_seqlen_q == 7 and args.varlen.max_seqlen_k == 9
+
+    packed = _capi.pack_backward(q, q, q, q, lse, q, q, q, q, 0.25, 0, -1, 3, _capi.EMPTY_VARLEN, 1)
+    bargs = _capi.BackwardArgs.from_buffer_copy(packed)
+    assert bargs.struct_size == ctypes.sizeof(_capi.BackwardArgs) == len(packed)
+    assert bargs.dv.data == 0x1000 and bargs.softmax_scale == 0.25 and bargs.window_right == 3
+    assert bargs.deterministic == 1
+
+
+# --- every field reaches the library -------------------------------------------------------------
+
+B, SQ, SK, H, HKV, D = 2, 64, 48, 4, 2, 64
+_next_address = [1 << 32]
+
+
+def _address(nbytes=1 << 20):
+    """Distinct, 256-byte aligned made-up device addresses (never dereferenced: validation fails
+    or only computes a size)."""
+    _next_address[0] += nbytes + 256
+    return _next_address[0] & ~255
+
+
+def _contiguous(shape):
+    stride, s = [], 1
+    for n in reversed(shape):
+        stride.insert(0, s)
+        s *= n
+    return tuple(stride)
+
+
+def _t(shape, dtype=BF16, stride=None, data=None):
+    return _capi.tensor_fields(_address() if data is None else data, dtype, shape, stride or _contiguous(shape))
+
+
+def _fixed_tensors(**override):
+    tensors = {
+        "q": _t((B, SQ, H, D)),
+        "k": _t((B, SK, HKV, D)),
+        "v": _t((B, SK, HKV, D)),
+        "o": _t((B, SQ, H, D)),
+        "lse": _t((B, H, SQ), FP32),
+        "dout": _t((B, SQ, H, D)),
+        "dq": _t((B, SQ, H, D)),
+        "dk": _t((B, SK, HKV, D)),
+        "dv": _t((B, SK, HKV, D)),
+    }
+    tensors.update(override)
+    return tensors
+
+
+def _backward_args(scale=0.0, causal=0, left=-1, right=-1, varlen=_capi.EMPTY_VARLEN, deterministic=0, **override):
+    t = _fixed_tensors(**override)
+    return _capi.pack_backward(t["q"], t["k"], t["v"], t["o"], t["lse"], t["dout"], t["dq"], t["dk"], t["dv"],
+                               scale, causal, left, right, varlen, deterministic)
+
+
+def _forward_args(scale=0.0, causal=0, left=-1, right=-1, varlen=_capi.EMPTY_VARLEN, **override):
+    t = _fixed_tensors(**override)
+    return _capi.pack_forward(t["q"], t["k"], t["v"], t["o"], t["lse"], scale, causal, left, right, varlen)
+
+
+def test_valid_backward_arguments_get_a_workspace_size(lib):
+    # No device is involved: a full, valid argument struct parses and gets a size.
+    assert _capi.backward_workspace_size(_backward_args(deterministic=1)) >= 0
+    assert _capi.backward_workspace_size(_backward_args(causal=1, left=16)) >= 0
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (dict(q=_t((B, SQ, H))), "q.rank is 3 but must be 4"),
+        (dict(k=_t((B, SK, HKV, D), FP16)), "k.dtype is float16 but must be bfloat16"),
+        (dict(v=_t((B, SK + 1, HKV, D))), "v.shape[1] is"),
+        (dict(o=_t((B, SQ, H, D), stride=(SQ * H * D, H * D, D, 2))), "o.stride[3] is 2"),
+        (dict(lse=_t((B, SQ, H), FP32)), "lse.shape[1] is"),
+        (dict(q=_t((B, SQ, H, 12)), k=_t((B, SK, HKV, 12)), v=_t((B, SK, HKV, 12))), "multiple of 8"),
+        (dict(k=_t((B, SK, 3, D)), v=_t((B, SK, 3, D))), "must be a multiple of heads_kv"),
+        (dict(q=_t((B, SQ, H, D), data=_address() + 8)), "16-byte aligned"),
+        (dict(scale=float("inf")), "softmax_scale is inf"),
+        (dict(left=-2), "mask.window_left is -2"),
+        (dict(right=-3), "mask.window_right is -3"),
+    ],
+)
+def test_forward_rejects_each_wrong_field_with_the_library_message(lib, override, message):
+    with pytest.raises(_capi.InvalidArgumentError) as info:
+        _capi.forward(_forward_args(**override), None)
+    assert message in str(info.value)
+    assert info.value.code == _capi.ERROR_INVALID_ARGUMENT
+    assert isinstance(info.value, ValueError)
+
+
+def test_causal_with_a_right_window_is_rejected(lib):
+    with pytest.raises(ValueError, match="causal"):
+        _capi.forward(_forward_args(causal=1, right=4), None)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (dict(dout=_t((B, SQ, H, D + 8))), "dout.shape[3]"),
+        (dict(dq=_t((B, SQ + 1, H, D))), "dq.shape[1]"),
+        (dict(dk=_t((B, SK, HKV, D), stride=(SK * HKV * D, HKV * D, 0, 1))), "dk"),
+        (dict(dv=_t((B, SK, HKV))), "dv.rank"),
+    ],
+)
+def test_backward_rejects_each_wrong_gradient_field(lib, override, message):
+    with pytest.raises(ValueError) as info:
+        _capi.backward_workspace_size(_backward_args(**override))
+    assert message in str(info.value)
+
+
+def test_backward_checks_the_workspace_before_the_device(lib):
+    args = _backward_args()
+    needed = _capi.backward_workspace_size(args)
+    if needed == 0:
+        pytest.skip("this build's backward needs no workspace")
+    with pytest.raises(ValueError, match="workspace"):
+        _capi.backward(args, 0, 0, None)
+
+
+def _varlen_tensors(total_q=100, total_k=90):
+    return dict(
+        q=_t((total_q, H, D)), k=_t((total_k, HKV, D)), v=_t((total_k, HKV, D)), o=_t((total_q, H, D)),
+        lse=_t((H, total_q), FP32), dout=_t((total_q, H, D)), dq=_t((total_q, H, D)),
+        dk=_t((total_k, HKV, D)), dv=_t((total_k, HKV, D)),
+    )
+
+
+def test_varlen_fields_reach_the_library(lib):
+    cu_q, cu_k, used = _address(), _address(), _address()
+    ok = (cu_q, 4, cu_k, 4, used, 3, 0, 0, 64, 64)
+    assert _capi.backward_workspace_size(_backward_args(varlen=ok, **_varlen_tensors())) >= 0
+    cases = [
+        ((cu_q, 4, 0, 0, 0, 0, 0, 0, 64, 64), "varlen.cu_seqlens_k is missing"),
+        ((cu_q, 4, cu_k, 5, 0, 0, 0, 0, 64, 64), "varlen.cu_seqlens_k.size is 5"),
+        ((cu_q, 4, cu_k, 4, used, 2, 0, 0, 64, 64), "varlen.seqused_q.size is 2"),
+        ((cu_q, 4, cu_k, 4, 0, 0, used, 1, 64, 64), "varlen.seqused_k.size is 1"),
+        ((cu_q, 4, cu_k, 4, 0, 0, 0, 0, -1, 64), "max_seqlen_q"),
+        ((cu_q, 4, cu_k, 4, 0, 0, 0, 0, 64, -5), "max_seqlen_k"),
+    ]
+    for varlen, message in cases:
+        with pytest.raises(ValueError) as info:
+            _capi.forward(_forward_args(varlen=varlen, **_varlen_tensors()), None)
+        assert message in str(info.value), (varlen, str(info.value))
+    # Fixed-length tensors with varlen set: the rank rule names the varlen layout.
+    with pytest.raises(ValueError, match=r"\(total_q, heads, head_dim\)"):
+        _capi.forward(_forward_args(varlen=ok), None)
+
+
+def test_empty_problem_runs_or_explains_the_missing_device(lib):
+    """batch 0 is valid and launches nothing; the device is still checked, so without a Hopper GPU
+    the call raises DeviceUnavailableError (a RuntimeError) saying why."""
+    empty = dict(q=_t((0, SQ, H, D), data=0), k=_t((0, SK, HKV, D), data=0), v=_t((0, SK, HKV, D), data=0),
+                 o=_t((0, SQ, H, D), data=0), lse=_t((0, H, SQ), FP32, data=0))
+    try:
+        _capi.forward(_forward_args(**empty), None)
+    except _capi.DeviceUnavailableError as e:
+        assert isinstance(e, RuntimeError)
+        assert "Hopper" in str(e) or "sm_90" in str(e)
+        assert e.code == _capi.ERROR_DEVICE_UNAVAILABLE
+
+
+def test_struct_size_versioning_is_honoured(lib):
+    """A caller that knows only the fields up to `causal` (an older, shorter struct) gets the
+    library's defaults for the rest; a garbage struct_size is rejected with advice."""
+    # batch 0 with null pointers: valid, and nothing is launched even on a GPU.
+    empty = dict(q=_t((0, SQ, H, D), data=0), k=_t((0, SK, HKV, D), data=0), v=_t((0, SK, HKV, D), data=0),
+                 o=_t((0, SQ, H, D), data=0), lse=_t((0, H, SQ), FP32, data=0))
+    full = bytearray(_forward_args(left=-7, **empty))  # an invalid window_left, beyond the short struct
+    short = ctypes.sizeof(ctypes.c_size_t) + 5 * ctypes.sizeof(_capi.Tensor) + 8  # ..., softmax_scale, causal
+    full[:8] = short.to_bytes(8, "little")
+    try:
+        _capi.forward(bytes(full), None)  # window_left is not read: the default (-1) applies
+    except _capi.DeviceUnavailableError:
+        pass
+    except ValueError as e:
+        assert "window_left" not in str(e)
+        raise
+    full[:8] = (1 << 40).to_bytes(8, "little")
+    with pytest.raises(ValueError, match="struct_size"):
+        _capi.forward(bytes(full), None)

@@ -1,0 +1,367 @@
+"""hopattn from PyTorch on a Hopper GPU: values, LSE and gradients against a float64 PyTorch
+reference on upcast inputs, with the C++ suites' tolerance rule (FlashAttention-3's: the error is at
+most 2x the error of the same computation done naively in the input's precision, plus an atol from
+that precision's rounding); causal, windows, GQA/MQA, varlen with empty sequences and seqused, odd
+sizes, strided views; determinism; torch.compile(fullgraph=True); CUDA-graph capture and replay;
+errors with CUDA tensors. Every test skips, saying why, without an sm_90 GPU."""
+
+import math
+
+import pytest
+
+import hopattn
+from conftest import hopper_or_skip
+
+torch = hopper_or_skip()
+
+BF16, FP16 = torch.bfloat16, torch.float16
+DEVICE = "cuda"
+
+
+# --- the float64 reference -----------------------------------------------------------------------
+
+
+def visible(seqlen_q, seqlen_k, causal, window, device):
+    """(seqlen_q, seqlen_k) bool: key j visible to query i (docs/semantics.md, bottom-right aligned)."""
+    left, right = window
+    if causal:
+        right = 0
+    i = torch.arange(seqlen_q, device=device)[:, None]
+    j = torch.arange(seqlen_k, device=device)[None, :]
+    shift = seqlen_k - seqlen_q
+    mask = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=device)
+    if left >= 0:
+        mask &= j >= i + shift - left
+    if right >= 0:
+        mask &= j <= i + shift + right
+    return mask
+
+
+def attention_reference(q, k, v, causal=False, window=(-1, -1), scale=None, upcast=True):
+    """out (b, sq, h, d) and lse (b, h, sq). upcast=True: float64 (the exact value); False: the
+    naive computation in the inputs' precision (the yardstick of the tolerance rule)."""
+    dtype = torch.float64 if upcast else q.dtype
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    heads, heads_kv = q.shape[2], k.shape[2]
+    k = k.repeat_interleave(heads // heads_kv, dim=2)
+    v = v.repeat_interleave(heads // heads_kv, dim=2)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if not scale else scale
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    mask = visible(q.shape[1], k.shape[1], causal, window, q.device)
+    s = s.masked_fill(~mask, float("-inf"))
+    any_key = mask.any(-1)[:, None]  # (sq, 1)
+    lse = torch.logsumexp(s.to(torch.float64 if upcast else torch.float32), dim=-1)
+    # Rows without a visible key: P = 0 (softmax of a dummy row, then zeroed, so no NaN gradient).
+    p = torch.softmax(torch.where(any_key, s, torch.zeros_like(s)), dim=-1)
+    p = torch.where(any_key, p, torch.zeros_like(p)).to(v.dtype)
+    out = torch.einsum("bhqk,bkhd->bqhd", p, v)
+    return out, lse
+
+
+def rule_atol(exact, dtype):
+    x = exact[torch.isfinite(exact)]
+    if x.numel() == 0:
+        return 0.0
+    shifted = ((x.to(dtype) + 0.3) - 0.3).to(torch.float64)
+    return 2 * (shifted - x).abs().max().item()
+
+
+def check(name, got, exact, naive, dtype, multiplier=2.0):
+    got, exact, naive = got.detach().double(), exact.detach().double(), naive.detach().double()
+    finite = torch.isfinite(exact)
+    assert torch.equal(got[~finite], exact[~finite]), f"{name}: rows that see no key must be exactly {exact[~finite][:4]}"
+    g, e, n = got[finite], exact[finite], naive[finite]
+    assert torch.isfinite(g).all(), f"{name}: non-finite values"
+    error = (g - e).abs().max().item() if g.numel() else 0.0
+    keep = torch.isfinite(n)
+    naive_error = (n[keep] - e[keep]).abs().max().item() if keep.any() else 0.0
+    atol = rule_atol(e, dtype)
+    assert error <= multiplier * naive_error + atol, (
+        f"{name}: max error {error:.3g} vs bound {multiplier} * naive {naive_error:.3g} + atol {atol:.3g}"
+    )
+
+
+def randn(*shape, dtype=BF16, grad=True):
+    return torch.randn(*shape, dtype=dtype, device=DEVICE).requires_grad_(grad)
+
+
+def run_or_skip(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except hopattn.NotSupportedError as e:
+        pytest.skip(f"this build has no kernel for it: {e}")
+
+
+def check_fixed(q, k, v, causal=False, window=(-1, -1), scale=None, deterministic=False):
+    dtype = q.dtype
+    out, lse = run_or_skip(hopattn.attention, q, k, v, causal=causal, window_size=window, softmax_scale=scale,
+                           deterministic=deterministic, return_lse=True)
+    assert out.shape == q.shape and out.dtype == dtype
+    assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == torch.float32
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    exact_out, exact_lse = attention_reference(q, k, v, causal, window, scale, upcast=True)
+    exact_grads = torch.autograd.grad(exact_out, (q, k, v), dout.double())
+    naive_out, naive_lse = attention_reference(q, k, v, causal, window, scale, upcast=False)
+    naive_grads = torch.autograd.grad(naive_out, (q, k, v), dout)
+    check("out", out, exact_out, naive_out, dtype)
+    check("lse", lse, exact_lse, naive_lse, torch.float32)
+    for name, g, e, n in zip(("dq", "dk", "dv"), grads, exact_grads, naive_grads):
+        check(name, g, e, n, dtype)
+    return out, lse, grads
+
+
+# --- values ----------------------------------------------------------------------------------------
+
+CASES = {
+    # name: (batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal, window, dtype)
+    "plain": (2, 128, 128, 4, 4, 128, False, (-1, -1), BF16),
+    "causal_gqa": (2, 256, 256, 8, 2, 128, True, (-1, -1), BF16),
+    "causal_mqa_fp16_odd": (1, 113, 203, 4, 1, 64, True, (-1, -1), FP16),
+    "causal_more_queries_than_keys": (2, 203, 113, 4, 2, 128, True, (-1, -1), BF16),
+    "two_sided_window": (2, 200, 200, 4, 4, 128, False, (32, 16), BF16),
+    "causal_local": (2, 97, 97, 4, 2, 96, True, (40, -1), BF16),
+    "seqlen_q_1": (3, 1, 77, 2, 2, 256, False, (-1, -1), BF16),
+    "head_dim_72_rounds_up": (1, 64, 80, 2, 1, 72, True, (-1, -1), BF16),
+    "head_dim_192": (1, 130, 130, 2, 2, 192, False, (64, 0), FP16),
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_forward_backward_match_the_float64_reference(case):
+    batch, sq, sk, heads, heads_kv, d, causal, window, dtype = CASES[case]
+    torch.manual_seed(hash(case) % 1000)
+    q, k, v = randn(batch, sq, heads, d, dtype=dtype), randn(batch, sk, heads_kv, d, dtype=dtype), randn(
+        batch, sk, heads_kv, d, dtype=dtype
+    )
+    check_fixed(q, k, v, causal, window)
+
+
+def test_softmax_scale_is_used_as_given():
+    torch.manual_seed(1)
+    q, k, v = randn(2, 96, 4, 128), randn(2, 96, 4, 128), randn(2, 96, 4, 128)
+    check_fixed(q, k, v, causal=True, scale=0.3)
+
+
+def test_strided_views_of_packed_qkv():
+    torch.manual_seed(2)
+    qkv = randn(2, 150, 3, 4, 128)
+    q, k, v = qkv.unbind(2)
+    assert not q.is_contiguous()
+    check_fixed(q, k, v, causal=True)
+    out = hopattn.attention(q, k, v, causal=True)
+    out.sum().backward()
+    assert qkv.grad is not None and qkv.grad.shape == qkv.shape
+
+
+def test_flash_attn_func_matches_attention():
+    torch.manual_seed(3)
+    q, k, v = randn(2, 128, 8, 128, grad=False), randn(2, 128, 2, 128, grad=False), randn(2, 128, 2, 128, grad=False)
+    ours = hopattn.attention(q, k, v, causal=True, return_lse=True)
+    theirs = hopattn.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
+    # FlashAttention-3: causal overrides the right window instead of rejecting it.
+    assert torch.equal(hopattn.flash_attn_func(q, k, v, causal=True, window_size=(-1, 5)), ours[0])
+
+
+def test_zero_size_problems():
+    q, k = randn(2, 16, 4, 128, grad=False), randn(2, 0, 4, 128, grad=False)
+    out, lse = hopattn.attention(q, k, k, return_lse=True)
+    assert torch.equal(out, torch.zeros_like(out))
+    assert torch.isneginf(lse).all()
+    empty = randn(0, 16, 4, 128, grad=False)
+    assert hopattn.attention(empty, empty, empty).shape == empty.shape
+
+
+# --- varlen ----------------------------------------------------------------------------------------
+
+
+def varlen_reference(q, k, v, lens_q, lens_k, used_q, used_k, causal, window, upcast):
+    """Packed out (total_q, h, d) and lse (h, total_q); rows outside the used tokens: 0 and -inf."""
+    dtype = torch.float64 if upcast else q.dtype
+    out = torch.zeros(q.shape, dtype=dtype, device=q.device)
+    lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float64 if upcast else torch.float32,
+                     device=q.device)
+    start_q = start_k = 0
+    outs, lses = [], []
+    for b, (lq, lk) in enumerate(zip(lens_q, lens_k)):
+        uq = used_q[b] if used_q is not None else lq
+        uk = used_k[b] if used_k is not None else lk
+        if uq > 0:
+            o, l = attention_reference(q[None, start_q:start_q + uq], k[None, start_k:start_k + uk],
+                                       v[None, start_k:start_k + uk], causal, window, upcast=upcast)
+            outs.append((start_q, uq, o[0], l[0]))
+        start_q += lq
+        start_k += lk
+    # Assembled without in-place writes into leaves, so autograd flows back to q, k, v.
+    pieces_out, pieces_lse, cursor = [], [], 0
+    for start, n, o, l in outs:
+        if start > cursor:
+            pieces_out.append(out[cursor:start])
+            pieces_lse.append(lse[:, cursor:start])
+        pieces_out.append(o)
+        pieces_lse.append(l)
+        cursor = start + n
+    pieces_out.append(out[cursor:])
+    pieces_lse.append(lse[:, cursor:])
+    return torch.cat(pieces_out, 0), torch.cat(pieces_lse, 1)
+
+
+@pytest.mark.parametrize("with_seqused", [False, True], ids=["full", "seqused"])
+def test_varlen_with_empty_sequences(with_seqused):
+    torch.manual_seed(4)
+    lens_q, lens_k = [0, 17, 128, 1, 64, 33], [5, 40, 128, 0, 64, 200]
+    used_q = [0, 10, 128, 1, 50, 33] if with_seqused else None
+    used_k = [3, 40, 100, 0, 64, 150] if with_seqused else None
+    heads, heads_kv, d, dtype = 8, 2, 128, BF16
+    q = randn(sum(lens_q), heads, d)
+    k, v = randn(sum(lens_k), heads_kv, d), randn(sum(lens_k), heads_kv, d)
+    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+    cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+    seq_q = torch.tensor(used_q, dtype=torch.int32, device=DEVICE) if with_seqused else None
+    seq_k = torch.tensor(used_k, dtype=torch.int32, device=DEVICE) if with_seqused else None
+    causal, window = True, (-1, -1)
+    out, lse = run_or_skip(hopattn.attention_varlen, q, k, v, cu_q, cu_k, max(lens_q), max(lens_k),
+                           seqused_q=seq_q, seqused_k=seq_k, causal=causal, return_lse=True)
+    assert out.shape == q.shape and lse.shape == (heads, q.shape[0])
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    exact_out, exact_lse = varlen_reference(q, k, v, lens_q, lens_k, used_q, used_k, causal, window, True)
+    exact_grads = torch.autograd.grad(exact_out, (q, k, v), dout.double(), allow_unused=True)
+    naive_out, naive_lse = varlen_reference(q, k, v, lens_q, lens_k, used_q, used_k, causal, window, False)
+    naive_grads = torch.autograd.grad(naive_out, (q, k, v), dout, allow_unused=True)
+    check("out", out, exact_out, naive_out, dtype)
+    check("lse", lse, exact_lse, naive_lse, torch.float32)
+    for name, g, e, n in zip(("dq", "dk", "dv"), grads, exact_grads, naive_grads):
+        e = torch.zeros_like(g, dtype=torch.float64) if e is None else e
+        n = torch.zeros_like(g) if n is None else n
+        check(name, g, e, n, dtype)
+
+
+# --- determinism, compile, CUDA graphs, streams --------------------------------------------------
+
+
+def test_deterministic_backward_is_bitwise_repeatable():
+    torch.manual_seed(5)
+    q, k, v = randn(2, 256, 8, 128), randn(2, 256, 2, 128), randn(2, 256, 2, 128)
+    dout = torch.randn(2, 256, 8, 128, dtype=BF16, device=DEVICE)
+    runs = []
+    for _ in range(3):
+        out = hopattn.attention(q, k, v, causal=True, deterministic=True)
+        runs.append(torch.autograd.grad(out, (q, k, v), dout))
+    for other in runs[1:]:
+        for a, b in zip(runs[0], other):
+            assert torch.equal(a, b)
+
+
+def test_compile_fullgraph_matches_eager():
+    torch._dynamo.reset()
+    torch.manual_seed(6)
+    q, k, v = randn(2, 128, 8, 128), randn(2, 128, 2, 128), randn(2, 128, 2, 128)
+
+    def f(q, k, v):
+        out, lse = hopattn.attention(q, k, v, causal=True, return_lse=True)
+        return out * 2, lse
+
+    compiled = torch.compile(f, fullgraph=True)
+    out_c, lse_c = compiled(q, k, v)
+    grads_c = torch.autograd.grad(out_c.float().square().sum(), (q, k, v))
+    out_e, lse_e = f(q, k, v)
+    grads_e = torch.autograd.grad(out_e.float().square().sum(), (q, k, v))
+    assert torch.equal(out_c, out_e) and torch.equal(lse_c, lse_e)
+    for a, b in zip(grads_c, grads_e):
+        torch.testing.assert_close(a, b)
+
+
+def test_compile_fullgraph_varlen():
+    torch._dynamo.reset()
+    torch.manual_seed(7)
+    lens = [0, 50, 128, 7]
+    q, k, v = randn(sum(lens), 4, 128), randn(sum(lens), 4, 128), randn(sum(lens), 4, 128)
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+
+    def f(q, k, v, cu, max_seqlen: int):
+        return hopattn.flash_attn_varlen_func(q, k, v, cu, cu, max_seqlen, max_seqlen, causal=True)
+
+    out_c = torch.compile(f, fullgraph=True)(q, k, v, cu, max(lens))
+    out_e = f(q, k, v, cu, max(lens))
+    assert torch.equal(out_c, out_e)
+    out_c.sum().backward()
+    assert q.grad is not None
+
+
+def test_cuda_graph_capture_and_replay():
+    torch.manual_seed(8)
+    static_q, static_k, static_v = randn(2, 128, 8, 128), randn(2, 128, 2, 128), randn(2, 128, 2, 128)
+    static_dout = torch.randn(2, 128, 8, 128, dtype=BF16, device=DEVICE)
+
+    def step():
+        out = hopattn.attention(static_q, static_k, static_v, causal=True)
+        return (out, *torch.autograd.grad(out, (static_q, static_k, static_v), static_dout))
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # warm up outside the capture
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_results = step()
+
+    for seed in (9, 10):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            for t in (static_q, static_k, static_v, static_dout):
+                t.copy_(torch.randn_like(t))
+        graph.replay()
+        torch.cuda.synchronize()
+        expected = step()
+        for got, want in zip(static_results, expected):
+            assert torch.equal(got, want)
+
+
+def test_runs_on_the_current_stream():
+    torch.manual_seed(11)
+    q, k, v = randn(2, 512, 8, 128, grad=False), randn(2, 512, 8, 128, grad=False), randn(2, 512, 8, 128, grad=False)
+    expected = hopattn.attention(q, k, v)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)  # keeps the side stream busy: results need stream order
+        got = hopattn.attention(q, k, v)
+    side.synchronize()
+    assert torch.equal(got, expected)
+
+
+@pytest.mark.skipif("torch.cuda.device_count() < 2")
+def test_tensors_on_another_device_than_the_current_one():
+    torch.manual_seed(12)
+    with torch.cuda.device(0):
+        q = torch.randn(1, 64, 2, 128, dtype=BF16, device="cuda:1")
+        out = hopattn.attention(q, q, q)
+        assert out.device == q.device and torch.cuda.current_device() == 0
+    with torch.cuda.device(1):
+        assert torch.equal(out, hopattn.attention(q, q, q))
+
+
+def test_custom_ops_pass_opcheck():
+    q, k = randn(2, 64, 4, 128, grad=True), randn(2, 64, 2, 128, grad=True)
+    torch.library.opcheck(torch.ops.hopattn.forward.default, (q, k, k, 0.0, True, -1, -1, False))
+
+
+# --- errors with CUDA tensors --------------------------------------------------------------------
+
+
+def test_errors_with_cuda_tensors():
+    q = randn(2, 64, 4, 128, grad=False)
+    with pytest.raises(ValueError, match="k is on cpu but q is on cuda"):
+        hopattn.attention(q, q.cpu(), q)
+    with pytest.raises(TypeError, match="must be torch.float16 or torch.bfloat16"):
+        hopattn.attention(q.float(), q.float(), q.float())
+    with pytest.raises(ValueError, match=r"heads \(4\) must be a multiple of heads_kv \(3\)"):
+        hopattn.attention(q, q[:, :, :3], q[:, :, :3])
+    with pytest.raises(ValueError, match="must be a multiple of 8"):
+        hopattn.attention(q[..., :100], q[..., :100], q[..., :100])
+    with pytest.raises(ValueError, match="causal"):
+        hopattn.attention(q, q, q, causal=True, window_size=(-1, 2))
