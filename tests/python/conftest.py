@@ -21,6 +21,12 @@ except ImportError:
     import hopattn  # noqa: F401
 
 
+def pytest_report_header(config):
+    from hopattn import _capi
+
+    return f"hopattn {hopattn.__version__} from {Path(hopattn.__file__).parent}, library {_capi.library_path()}"
+
+
 def _library_problem():
     from hopattn import _capi
 
