@@ -24,7 +24,8 @@ Tensor = torch.Tensor
 
 _DTYPE_CODES = {torch.float16: _capi.FLOAT16, torch.bfloat16: _capi.BFLOAT16}
 
-_len_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_mode", None)
+# How many TorchDispatchModes are active (a private function with a stable name since 2.1).
+_len_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 

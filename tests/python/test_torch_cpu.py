@@ -214,6 +214,14 @@ def test_eager_calls_skip_the_dispatcher_and_tracing_uses_the_ops():
     plain = torch.empty(1, 16, 2, 64, dtype=BF16)
     assert not hop_torch._use_ops(plain, plain, plain)
     assert hop_torch._use_ops(meta(1, 16, 2, 64), None, None)
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Passthrough():  # a dispatch mode (FlopCounterMode, make_fx, ...) must see the operators
+        assert hop_torch._use_ops(plain, plain, plain)
     for name in ("forward", "forward_varlen", "backward", "backward_varlen"):
         assert hasattr(torch.ops.hopattn, name)
 
