@@ -54,11 +54,23 @@ def _check_qkv(q, k, v) -> None:
     for name, t in (("k", k), ("v", v)):
         if t.device != q.device:
             raise InvalidArgumentError(f"{name} is on {t.device} but q is on {q.device}; all tensors must share a device")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() > _capi.MAX_RANK:  # the C struct holds at most 4 dimensions
+            raise InvalidArgumentError(f"{name} has {t.dim()} dimensions but must have 4, (batch, seqlen, heads, "
+                                       "head_dim), or 3 in varlen mode, (total_tokens, heads, head_dim)")
     if q.dtype not in _DTYPE_CODES:
         raise ArgumentTypeError(f"q.dtype is {q.dtype} but must be torch.float16 or torch.bfloat16")
     for name, t in (("k", k), ("v", v)):
         if t.dtype != q.dtype:
             raise ArgumentTypeError(f"{name}.dtype is {t.dtype} but must be {q.dtype} (the dtype of q)")
+
+
+def _check_rank(q, k, v, varlen: bool) -> None:
+    """The library's rank rule, for the fake implementations (which must not fail on indexing)."""
+    want, dims = (3, "(total_tokens, heads, head_dim)") if varlen else (4, "(batch, seqlen, heads, head_dim)")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != want:
+            raise InvalidArgumentError(f"{name}.rank is {t.dim()} but must be {want}: {dims}")
 
 
 def _check_index_array(name: str, t, device) -> None:
@@ -142,7 +154,7 @@ class _OnDevice:
             torch.cuda.set_device(self.previous)
 
 
-def _usable_for_writing(t: Tensor) -> bool:
+def _accepted_as_is(t: Tensor) -> bool:
     """Whether the library accepts `t` as it is (16-byte aligned, last dim contiguous, other
     strides multiples of 8 elements), so that dout never needs a copy when it does not have to."""
     if t.data_ptr() % 16:
@@ -228,7 +240,7 @@ def backward_impl(
             raise InvalidArgumentError(f"{name} is on {t.device} but q is on {q.device}; all tensors must share a device")
     if dout.dtype != q.dtype:
         dout = dout.to(q.dtype)
-    if not _usable_for_writing(dout):
+    if not _accepted_as_is(dout):
         dout = dout.contiguous()
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     code = _DTYPE_CODES[q.dtype]
@@ -290,6 +302,7 @@ def _forward_op(
 @_forward_op.register_fake
 def _forward_fake(q, k, v, softmax_scale, causal, window_left, window_right, deterministic):
     _check_qkv(q, k, v)
+    _check_rank(q, k, v, varlen=False)
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
@@ -322,6 +335,7 @@ def _forward_varlen_fake(
     softmax_scale, causal, window_left, window_right, deterministic,
 ):  # fmt: skip
     _check_qkv(q, k, v)
+    _check_rank(q, k, v, varlen=True)
     _check_varlen(q, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
     return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
@@ -590,6 +604,9 @@ def attention_varlen(
         a Python int.
     """
     window_left, window_right = _window(window_size)
+    if cu_seqlens_q is None or cu_seqlens_k is None:
+        raise ArgumentTypeError("attention_varlen needs cu_seqlens_q and cu_seqlens_k (int32 tensors); "
+                                "for fixed-length batches use attention()")
     _check_max_seqlens(max_seqlen_q, max_seqlen_k)  # before the dispatcher, which would convert a tensor
     scale = _scale(softmax_scale)
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, scale,

@@ -59,8 +59,20 @@ def test_varlen_index_arrays_must_be_int32_and_max_seqlen_ints():
         hopattn.attention_varlen(q, q, q, cu, cu.long(), 8, 8)
     with pytest.raises(TypeError, match="max_seqlen_q must be a Python int"):
         hopattn.attention_varlen(q, q, q, cu, cu, torch.tensor(8), 8)
+    with pytest.raises(TypeError, match="needs cu_seqlens_q and cu_seqlens_k"):
+        hopattn.attention_varlen(q, q, q, None, None, 8, 8)
     with pytest.raises(ValueError, match="seqused_q has shape"):
         hopattn.attention_varlen(q, q, q, cu, cu, 8, 8, seqused_q=cu.view(1, 3))
+
+
+def test_wrong_ranks_are_rejected_before_the_library():
+    with pytest.raises(ValueError, match="q has 5 dimensions but must have 4"):
+        hopattn.attention(meta(1, 16, 3, 2, 64), meta(1, 16, 2, 64), meta(1, 16, 2, 64))
+    with pytest.raises(ValueError, match=r"q.rank is 3 but must be 4: \(batch, seqlen, heads, head_dim\)"):
+        hopattn.attention(meta(16, 2, 64), meta(16, 2, 64), meta(16, 2, 64))  # meta: the fake implementation
+    cu = torch.empty(3, dtype=torch.int32, device="meta")
+    with pytest.raises(ValueError, match=r"k.rank is 4 but must be 3"):
+        hopattn.attention_varlen(meta(16, 2, 64), meta(1, 16, 2, 64), meta(1, 16, 2, 64), cu, cu, 8, 8)
 
 
 def test_window_size_must_be_a_pair():
