@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <stdexcept>
@@ -97,6 +98,54 @@ std::vector<ResultRow> run_problem(const BenchOptions& options, const BenchProbl
   return rows;
 }
 
+// Whether the library accepts the problem the flags describe (head dim, GQA head counts, mask,
+// varlen lengths) and this build has a kernel for it, decided without a GPU: the arguments get
+// placeholder addresses, which validation checks for alignment but never reads.
+Status check_problem(const BenchProblem& problem) {
+  const testing::CaseSpec& s = problem.spec;
+  void* const placeholder = reinterpret_cast<void*>(uintptr_t{1} << 32);
+  const bool varlen = s.varlen();
+  int64_t total_q = 0, total_k = 0;
+  for (int n : s.varlen_seqlens_q) total_q += n;
+  for (int n : s.varlen_seqlens_k) total_k += n;
+  const int64_t d = s.head_dim;
+  const auto rows = [&](int64_t heads, int64_t seqlen, int64_t total) {
+    const int64_t stride = heads * d + s.row_padding;
+    return varlen ? make_tensor(placeholder, s.dtype, {total, heads, d}, {stride, d, 1})
+                  : make_tensor(placeholder, s.dtype, {s.batch, seqlen, heads, d}, {seqlen * stride, stride, d, 1});
+  };
+  BackwardArgs args;
+  args.q = args.o = args.dout = args.dq = rows(s.heads, s.seqlen_q, total_q);
+  args.k = args.v = args.dk = args.dv = rows(s.heads_kv, s.seqlen_k, total_k);
+  args.lse = varlen ? make_tensor(placeholder, DType::kFloat32, {s.heads, total_q})
+                    : make_tensor(placeholder, DType::kFloat32, {s.batch, s.heads, s.seqlen_q});
+  args.softmax_scale = s.softmax_scale;
+  args.mask = Mask{s.causal, s.window_left, s.window_right};
+  if (varlen) {
+    const auto* indices = static_cast<const int32_t*>(placeholder);
+    const int64_t batch = static_cast<int64_t>(s.varlen_seqlens_q.size());
+    args.varlen.cu_seqlens_q = args.varlen.cu_seqlens_k = IntArray{indices, batch + 1};
+    if (!s.seqused_q.empty()) args.varlen.seqused_q = IntArray{indices, batch};
+    if (!s.seqused_k.empty()) args.varlen.seqused_k = IntArray{indices, batch};
+    for (int n : s.varlen_seqlens_q) args.varlen.max_seqlen_q = std::max(args.varlen.max_seqlen_q, n);
+    for (int n : s.varlen_seqlens_k) args.varlen.max_seqlen_k = std::max(args.varlen.max_seqlen_k, n);
+  }
+  args.deterministic = problem.deterministic;
+  // The backward's rules cover the forward's (same q, k, v, o, lse) and need no device.
+  size_t workspace_bytes = 0;
+  if (Status st = backward_workspace_size(args, &workspace_bytes); !st.ok()) return st;
+  const BuildInfo info = build_info();
+  const bool has_dtype = std::find(info.dtypes.begin(), info.dtypes.end(), s.dtype) != info.dtypes.end();
+  const bool has_head_dim =
+      std::any_of(info.head_dims.begin(), info.head_dims.end(), [&](int built) { return built >= s.head_dim; });
+  if (!has_dtype || !has_head_dim) {
+    return Status(StatusCode::kNotSupported, std::string("this build has no ") + dtype_name(s.dtype) +
+                                                 " kernel for head dim " + std::to_string(s.head_dim) +
+                                                 " (see CMake options HOPATTN_DTYPES and HOPATTN_HEADDIMS)");
+  }
+  return Status();
+}
+
 int run(int argc, char** argv) {
   BenchOptions options;
   try {
@@ -108,6 +157,14 @@ int run(int argc, char** argv) {
   if (options.help) {
     std::fputs(usage(), stdout);
     return 0;
+  }
+  // Flags that parse but describe a problem the library rejects are usage errors too, reported
+  // before any GPU is looked for.
+  for (const BenchProblem& problem : options.problems) {
+    if (const Status s = check_problem(problem); !s.ok()) {
+      std::fprintf(stderr, "hopattn-bench: %s\n", s.message().c_str());
+      return 2;
+    }
   }
   const Status device = check_current_device();
   if (!device.ok()) {

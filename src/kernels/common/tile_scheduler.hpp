@@ -50,19 +50,22 @@ struct TileScheduler {
     return w;
   }
 
-  // kv_bytes_per_head: K and V bytes one KV head's sequence occupies (0: one section, a single
-  // longest-first order over all tiles); group: query heads per KV head.
+  // kv_bytes_per_head: K and V bytes one KV head's sequence occupies (0: a single section, one
+  // longest-first order over all tiles); group: query heads per KV head; min_section_tiles: a
+  // section holds at least this many tiles (0: no minimum).
   static TileScheduler make(int num_m_blocks, int heads, int batch, long long kv_bytes_per_head, int group,
-                            long long l2_bytes) {
+                            long long l2_bytes, long long min_section_tiles) {
     TileScheduler s;
     s.num_m_blocks = num_m_blocks;
     s.heads = heads;
     s.batch = batch;
-    const long long budget = l2_bytes / 2;
-    long long kv_heads = kv_bytes_per_head > 0 ? budget / kv_bytes_per_head : heads * batch;
+    const long long all_pairs = static_cast<long long>(heads) * batch;
+    long long kv_heads = kv_bytes_per_head > 0 ? (l2_bytes / 2) / kv_bytes_per_head : all_pairs;
     if (kv_heads < 1) kv_heads = 1;
     long long pairs = kv_heads * group;
-    const long long all_pairs = static_cast<long long>(heads) * batch;
+    if (num_m_blocks > 0 && pairs * num_m_blocks < min_section_tiles) {
+      pairs = (min_section_tiles + num_m_blocks - 1) / num_m_blocks;
+    }
     s.section_pairs = static_cast<int>(pairs < all_pairs ? pairs : (all_pairs > 0 ? all_pairs : 1));
     return s;
   }

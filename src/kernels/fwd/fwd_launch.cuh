@@ -75,12 +75,23 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   params.lse = t.lse;
   params.scale_log2 = p.softmax_scale * 1.44269504088896340736f;
   const int num_m_blocks = (p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-  // Without a mask every tile has the same length and L2 sections pay; with one, tile lengths
-  // vary and only one global longest-first order lets the zig-zag balance the CTAs.
+  // Sections of heads whose K/V fit in half of L2 keep K/V tiles in L2 while all query blocks of a
+  // head read them; without a mask every tile has the same length and that is all that matters.
+  // Under a mask tile lengths vary, and the zig-zag balances the CTAs only where lengths fall
+  // steadily over a few rounds. Measured on the H200 (docs/perf-log.md): with few (batch, head)
+  // pairs (at least 2 CTAs per pair) one global longest-first order is best, since several CTAs
+  // still share each head's K/V; with many pairs that order makes every CTA stream its own head
+  // from HBM, and sections spanning at least 4 rounds of the grid are best.
+  constexpr long long kMinCtasPerPair = 2;
+  constexpr long long kMinMaskedRounds = 4;
+  const long long grid = std::max(device.multiprocessors, 1);
+  const long long pairs = static_cast<long long>(p.heads) * p.batch;
+  const bool global_order = !p.mask.unbounded() && grid >= kMinCtasPerPair * pairs;
   const long long kv_bytes_per_head =
-      p.mask.unbounded() ? 2LL * p.max_seqlen_k * Traits::kHeadDim * sizeof(Element) : 0;
-  params.scheduler = TileScheduler::make(num_m_blocks, p.heads, p.batch, kv_bytes_per_head, p.heads / p.heads_kv,
-                                         device.l2_bytes);
+      global_order ? 0 : 2LL * p.max_seqlen_k * Traits::kHeadDim * sizeof(Element);
+  params.scheduler =
+      TileScheduler::make(num_m_blocks, p.heads, p.batch, kv_bytes_per_head, p.heads / p.heads_kv, device.l2_bytes,
+                          p.mask.unbounded() ? 0 : kMinMaskedRounds * grid);
   return params;
 }
 
