@@ -1,0 +1,88 @@
+"""bench/compare.py's report part (markdown table and PNG plots) on a small canned JSON; no GPU,
+no PyTorch. The plot test skips when matplotlib is missing."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CANNED = Path(__file__).resolve().parent / "data" / "compare_canned.json"
+
+
+def load_compare():
+    spec = importlib.util.spec_from_file_location("compare", REPO / "bench" / "compare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def table_rows(markdown):
+    """Data rows of markdown tables, as lists of cells."""
+    rows = []
+    for line in markdown.splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return rows
+
+
+def test_imports_without_torch_or_matplotlib():
+    # The module imports torch and matplotlib only inside functions.
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['matplotlib'] = None; "
+            f"sys.path.insert(0, {str(REPO / 'bench')!r}); import compare; print(len(compare.PEERS))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "5"
+
+
+def test_markdown_table(tmp_path):
+    compare = load_compare()
+    paths = compare.write_report([str(CANNED)], tmp_path, name="canned", plots=False)
+    assert paths == [tmp_path / "canned.md"]
+    text = (tmp_path / "canned.md").read_text()
+    assert "NVIDIA H200 (canned test data)" in text and "peers: fa3 3.0.0" in text
+    rows = table_rows(text)
+    header = rows[0]
+    assert header == ["dir", "dtype", "kind", "d", "causal", "batch x seqlen", "hopattn", "fa3", "cudnn", "fa2",
+                      "vs fa3", "vs cudnn", "vs fa2"]
+    by_shape = {(r[0], r[2], r[3], r[4], r[5]): dict(zip(header, r)) for r in rows[1:] if len(r) == len(header)}
+    row = by_shape[("fwd", "mha", "128", "no", "8 x 2048")]
+    assert (row["hopattn"], row["cudnn"], row["fa2"], row["fa3"]) == ("600", "500", "300", "")
+    assert (row["vs cudnn"], row["vs fa2"], row["vs fa3"]) == ("1.200", "2.000", "")
+    assert by_shape[("fwd", "gqa 64/8", "128", "no", "1 x 16384")]["vs fa3"] == "1.000"
+    assert by_shape[("fwd", "varlen", "128", "yes", "6 x 4096 (varlen)")]["vs fa3"] == "1.250"
+    assert by_shape[("bwd", "mha", "128", "yes", "8 x 2048")]["vs cudnn"] == "0.050"
+    assert by_shape[("bwd det", "mha", "128", "yes", "8 x 2048")]["vs fa3"] == "0.026"
+    # The cuDNN-only row (no hopattn result) is not a table row.
+    assert not any("1 x 1024" in r for r in rows)
+    # Summary: geomean per panel and peer, all rows and seqlen >= 2048.
+    summary = {(r[0], r[1]): r for r in rows if len(r) == 7 and r[0] != "panel"}
+    assert summary[("fwd bf16 d128 non-causal", "cudnn")][2:6] == ["2", "1.149", "2", "1.149"]
+    assert summary[("fwd bf16 d128 non-causal", "fa2")][3] == "2.000"
+    assert summary[("fwd bf16 d64 causal", "cudnn")][2:5] == ["1", "0.500", "0"]
+    # Rows that were not timed are listed.
+    assert "Not timed" in text and "error after" in text
+
+
+def test_ratio_table_front_end():
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "ratio_table.py"), str(CANNED)], capture_output=True,
+                         text=True, check=True).stdout
+    rows = table_rows(out)
+    assert rows[0][-2:] == ["vs cudnn", "vs fa2"]
+    assert any(r[5] == "4 x 4096" and r[-2:] == ["1.100", "2.000"] for r in rows)
+
+
+def test_plots(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed: the plot part of compare.py is untested")
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "compare.py"), "report", str(CANNED), "--out",
+                          str(tmp_path), "--name", "canned"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    names = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert names == ["canned-bwd-bf16.png", "canned-bwd-det-bf16.png", "canned-fwd-bf16-gqa.png",
+                     "canned-fwd-bf16-varlen.png", "canned-fwd-bf16.png"]
+    for name in names:
+        data = (tmp_path / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+        assert f"]({name})" in (tmp_path / "canned.md").read_text()
