@@ -40,6 +40,9 @@ if has sweep; then
   tail -1 "$logs/bench_default_checked.log"
   timeout 200 python3 bench/peers_sdpa.py --sweep --direction fwd --json "$out/peers_fwd.json" > "$logs/peers.log" 2>&1
   python3 bench/ratio_table.py "$out/hopattn_fwd.json" "$out/peers_fwd.json" | tee "$out/ratios.md"
+  # The same table with the plots (needs matplotlib; bench/compare.py report).
+  python3 bench/compare.py report "$out/hopattn_fwd.json" "$out/peers_fwd.json" --out "$out/report" --name forward \
+    > /dev/null 2>&1 || echo "report with plots skipped (python3 bench/compare.py report failed; matplotlib missing?)"
 fi
 if has ncu; then
   timeout 200 ncu --clock-control none --kernel-name regex:forward_kernel --launch-skip 2 --launch-count 1 \
