@@ -27,8 +27,8 @@ with matplotlib, and the module imports anywhere.
 """
 import argparse
 import json
+import functools
 import math
-import os
 import subprocess
 import sys
 import time
@@ -400,13 +400,13 @@ class Tensors:
     """Inputs of one problem, shared by every implementation: q, k, v, dout in hopattn's layout
     ((batch, seqlen, heads, d), or packed (total, heads, d) for varlen), leaves requiring grad."""
 
-    def __init__(self, torch, p, seed=0):
+    def __init__(self, torch, p, seed=0, device="cuda"):
         dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[p.dtype]
-        gen = torch.Generator(device="cuda").manual_seed(seed)
+        gen = torch.Generator(device=device).manual_seed(seed)
         lead = (sum(p.lengths),) if p.varlen else (p.batch, p.seqlen)
 
         def randn(heads):
-            return torch.randn(*lead, heads, p.hdim, device="cuda", dtype=dt, generator=gen)
+            return torch.randn(*lead, heads, p.hdim, device=device, dtype=dt, generator=gen)
 
         self.q = randn(p.heads).requires_grad_(True)
         self.k = randn(p.heads_kv).requires_grad_(True)
@@ -417,7 +417,7 @@ class Tensors:
             offsets = [0]
             for s in p.lengths:
                 offsets.append(offsets[-1] + s)
-            self.cu = torch.tensor(offsets, dtype=torch.int32, device="cuda")
+            self.cu = torch.tensor(offsets, dtype=torch.int32, device=device)
             self.max_seqlen = max(p.lengths)
 
 
@@ -441,14 +441,16 @@ def make_hopattn(torch, p, t, deterministic):
     return lambda: hopattn.attention(t.q, t.k, t.v, causal=p.causal, deterministic=deterministic)
 
 
+SDPA_BACKENDS = {"cudnn": "CUDNN_ATTENTION", "fa2": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION"}
+
+
 def _make_sdpa(backend_name):
     def make(torch, p, t, deterministic):
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         if deterministic:
             raise Unsupported("no deterministic flag")
-        backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "fa2": SDPBackend.FLASH_ATTENTION,
-                   "efficient": SDPBackend.EFFICIENT_ATTENTION}[backend_name]
+        backend = getattr(SDPBackend, SDPA_BACKENDS[backend_name])
         sdpa = torch.nn.functional.scaled_dot_product_attention
         gqa = {"enable_gqa": True} if p.heads != p.heads_kv else {}
         if p.varlen:  # nested jagged tensors: (batch, j, heads, d) -> (batch, heads, j, d)
@@ -630,7 +632,7 @@ def run_problem(torch, p, a, impls, log):
                 else:
                     inputs = (t.q, t.k, t.v)
                     grads = torch.autograd.grad(out, inputs, t.dout, retain_graph=True)
-                    fn = lambda: torch.autograd.grad(out, inputs, t.dout, retain_graph=True)  # noqa: E731
+                    fn = functools.partial(torch.autograd.grad, out, inputs, t.dout, retain_graph=True)
                 check = checker.check(direction, out=out, grads=grads) if checker else "skipped"
                 del grads
             except Unsupported as e:
@@ -788,10 +790,13 @@ def run_main(argv):
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         sys.exit("compare.py run: needs an NVIDIA Hopper GPU (sm_90)")
     try:
-        import hopattn  # noqa: F401
+        import hopattn  # noqa: F401  (an installed package wins)
     except ImportError:
-        sys.path.insert(0, str(REPO / "python"))
-    import hopattn  # noqa: F401,F811
+        sys.path.insert(0, str(REPO / "python"))  # the source tree, with $HOPATTN_LIBRARY
+        try:
+            import hopattn  # noqa: F401
+        except ImportError as e:
+            sys.exit(f"compare.py run: the hopattn package is not importable ({e}); `pip install .` first")
 
     impls = ["hopattn"] + [p for p in a.peers if peer_available(p)]
     skipped = [p for p in a.peers if p not in impls]

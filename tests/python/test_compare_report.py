@@ -86,3 +86,40 @@ def test_plots(tmp_path):
         data = (tmp_path / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
         assert f"]({name})" in (tmp_path / "canned.md").read_text()
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_checker_on_cpu(varlen):
+    # The correctness check of `compare.py run` on tiny CPU tensors: PyTorch's own attention (math
+    # backend, float32 accumulation) passes FA3's rule; an output with one element off fails it.
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed: compare.py's checker is untested here")
+    compare = load_compare()
+    lengths = [24, 40] if varlen else None
+    p = compare.Problem("bf16", 32, True, 2, 32, 4, 2, lengths)
+    t = compare.Tensors(torch, p, seed=1, device="cpu")
+    checker = compare.Checker(torch, p, t)
+
+    def sdpa(q, k, v):  # (s, h, d) -> (s, h, d), GQA by repeating KV heads
+        rep = q.shape[1] // k.shape[1]
+        q, k, v = (x.float().transpose(0, 1) for x in (q, k, v))
+        k, v = k.repeat_interleave(rep, 0), v.repeat_interleave(rep, 0)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return out.transpose(0, 1).to(t.q.dtype)
+
+    if varlen:
+        cu = t.cu.tolist()
+        out = torch.cat([sdpa(t.q[a:b], t.k[a:b], t.v[a:b]) for a, b in zip(cu[:-1], cu[1:])])
+    else:
+        out = torch.stack([sdpa(t.q[b], t.k[b], t.v[b]) for b in range(p.batch)])
+    assert checker.check("fwd", out=out) == "pass"
+    grads = torch.autograd.grad(out, (t.q, t.k, t.v), t.dout)
+    assert checker.check("bwd", grads=grads) == "pass"
+    bad = out.detach().clone()
+    bad.view(-1)[-1] += 1.0  # in the checked slice: the last sequence, the last KV-head group
+    assert checker.check("fwd", out=bad).startswith("FAIL: out error")
+    dk = grads[1].clone()
+    dk.view(-1)[-1] -= 1.0
+    assert "dk error" in checker.check("bwd", grads=(grads[0], dk, grads[2]))
+    # FLOPs: causal halves 4 * heads * s^2 * d, summed over sequences for varlen.
+    expected = sum(4 * 4 * s * s * 32 for s in (lengths or [32, 32])) / 2
+    assert p.fwd_flops() == expected
