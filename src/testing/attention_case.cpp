@@ -6,27 +6,16 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <random>
 #include <stdexcept>
 #include <utility>
+
+#include "testing/random_inputs.hpp"
 
 namespace hopattn::testing {
 namespace {
 
 constexpr uint16_t kPoison16 = 0xFFFF;       // NaN in both float16 and bfloat16
 constexpr uint32_t kPoison32 = 0xFFFFFFFFu;  // NaN in float32
-
-uint16_t to_bits(DType dtype, float x) {
-  uint16_t bits;
-  if (dtype == DType::kFloat16) {
-    const __half h = __float2half_rn(x);
-    std::memcpy(&bits, &h, sizeof bits);
-  } else {
-    const __nv_bfloat16 b = __float2bfloat16_rn(x);
-    std::memcpy(&bits, &b, sizeof bits);
-  }
-  return bits;
-}
 
 double from_bits(DType dtype, uint16_t bits) {
   if (dtype == DType::kFloat16) {
@@ -37,13 +26,6 @@ double from_bits(DType dtype, uint16_t bits) {
   __nv_bfloat16 b;
   std::memcpy(&b, &bits, sizeof bits);
   return __bfloat162float(b);
-}
-
-std::vector<uint16_t> random_bits(DType dtype, size_t n, std::mt19937_64& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<uint16_t> bits(n);
-  for (uint16_t& b : bits) b = to_bits(dtype, normal(rng));
-  return bits;
 }
 
 std::vector<int32_t> prefix_sums(const std::vector<int>& lengths) {
@@ -86,13 +68,13 @@ AttentionCase::AttentionCase(const CaseSpec& spec) : spec_(spec) {
   row_stride_q_ = int64_t{spec.heads} * spec.head_dim + spec.row_padding;
   row_stride_k_ = int64_t{spec.heads_kv} * spec.head_dim + spec.row_padding;
 
-  std::mt19937_64 rng(spec.seed);
   const size_t q_elems = size_t(host_.total_q()) * spec.heads * spec.head_dim;
   const size_t k_elems = size_t(host_.total_k()) * spec.heads_kv * spec.head_dim;
-  q_bits_ = random_bits(spec.dtype, q_elems, rng);
-  k_bits_ = random_bits(spec.dtype, k_elems, rng);
-  v_bits_ = random_bits(spec.dtype, k_elems, rng);
-  dout_bits_ = random_bits(spec.dtype, q_elems, rng);
+  // One seed per input, derived from the case's seed.
+  q_bits_ = random_normal_bits(spec.dtype, q_elems, 4 * spec.seed + 0);
+  k_bits_ = random_normal_bits(spec.dtype, k_elems, 4 * spec.seed + 1);
+  v_bits_ = random_normal_bits(spec.dtype, k_elems, 4 * spec.seed + 2);
+  dout_bits_ = random_normal_bits(spec.dtype, q_elems, 4 * spec.seed + 3);
 
   // Scatter the packed rows into the (possibly padded) device rows; padding holds poison.
   auto upload_rows = [&](const std::vector<uint16_t>& bits, Side side) {
