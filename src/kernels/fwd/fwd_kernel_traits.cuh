@@ -109,6 +109,7 @@ struct ForwardKernelTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;  // also O when kOStagedInQ
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>, 1024> v;
+    // The O staging buffer; a token 8 elements when O is staged in q (C++17 has no zero-size member).
     cute::array_aligned<Element, kOStagedInQ ? 8 : cute::cosize_v<SmemLayoutO>, 1024> o;
     cutlass::arch::ClusterTransactionBarrier q_full;
     typename Pipeline::SharedStorage pipeline_k;
