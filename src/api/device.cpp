@@ -88,8 +88,6 @@ DeviceLimits current_device_limits() {
   return DeviceLimits{multiprocessors, l2_bytes};
 }
 
-int multiprocessor_count() { return current_device_limits().multiprocessors; }
-
 Status cuda_status(int cuda_error, const char* what) {
   if (cuda_error == cudaSuccess) return Status();
   return Status(StatusCode::kCudaError,

@@ -22,9 +22,6 @@ struct DeviceLimits {
 // cudaGetDevice); otherwise it asks the runtime, and a field it cannot learn is 0.
 DeviceLimits current_device_limits();
 
-// current_device_limits().multiprocessors: the SM count of the current device, 0 if unknown.
-int multiprocessor_count();
-
 // Turns a CUDA error into a Status naming the step that failed.
 Status cuda_status(int cuda_error, const char* what);
 

@@ -9,7 +9,7 @@
 namespace hopattn {
 namespace {
 
-using ForwardLauncher = cudaError_t (*)(const Problem&, const ForwardTensors&, const LaunchDevice&, cudaStream_t);
+using ForwardLauncher = cudaError_t (*)(const Problem&, const ForwardTensors&, const DeviceLimits&, cudaStream_t);
 
 struct ForwardKernelEntry {
   DType dtype;
@@ -46,6 +46,18 @@ bool has_broadcast_input(const Problem& p, const ForwardTensors& t) {
   return broadcast(t.q, q_rows, p.heads) || broadcast(t.k, k_rows, p.heads_kv) || broadcast(t.v, k_rows, p.heads_kv);
 }
 
+// The Hopper kernel (kNotSupported when this build did not compile one for the problem).
+Status run_forward_kernel(const Problem& problem, const ForwardTensors& tensors, cudaStream_t stream) {
+  const ForwardKernelEntry* kernel = find_forward_kernel(problem.dtype, problem.head_dim);
+  if (kernel == nullptr) {
+    return Status(StatusCode::kNotSupported,
+                  std::string("this build has no forward kernel for dtype ") + dtype_name(problem.dtype) +
+                      " with head_dim >= " + std::to_string(problem.head_dim) +
+                      "; rebuild with it in the CMake options HOPATTN_DTYPES / HOPATTN_HEADDIMS");
+  }
+  return cuda_status(kernel->launch(problem, tensors, current_device_limits(), stream), "forward kernel launch");
+}
+
 }  // namespace
 
 Status run_forward(const Problem& problem, const ForwardTensors& tensors, cudaStream_t stream) {
@@ -57,19 +69,6 @@ Status run_forward(const Problem& problem, const ForwardTensors& tensors, cudaSt
                        "forward kernel launch");
   }
   return run_forward_kernel(problem, tensors, stream);
-}
-
-Status run_forward_kernel(const Problem& problem, const ForwardTensors& tensors, cudaStream_t stream) {
-  const ForwardKernelEntry* kernel = find_forward_kernel(problem.dtype, problem.head_dim);
-  if (kernel == nullptr) {
-    return Status(StatusCode::kNotSupported,
-                  std::string("this build has no forward kernel for dtype ") + dtype_name(problem.dtype) +
-                      " with head_dim >= " + std::to_string(problem.head_dim) +
-                      "; rebuild with it in the CMake options HOPATTN_DTYPES / HOPATTN_HEADDIMS");
-  }
-  const DeviceLimits limits = current_device_limits();
-  const LaunchDevice device{limits.multiprocessors, limits.l2_bytes};
-  return cuda_status(kernel->launch(problem, tensors, device, stream), "forward kernel launch");
 }
 
 }  // namespace hopattn

@@ -13,7 +13,4 @@ namespace hopattn {
 // (no keys at all, stride-0 broadcast inputs) the simple reference kernel at fp32.
 Status run_forward(const Problem& problem, const ForwardTensors& tensors, cudaStream_t stream);
 
-// The Hopper kernel alone (kNotSupported when this build did not compile one for the problem).
-Status run_forward_kernel(const Problem& problem, const ForwardTensors& tensors, cudaStream_t stream);
-
 }  // namespace hopattn

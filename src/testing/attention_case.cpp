@@ -1,8 +1,5 @@
 #include "testing/attention_case.hpp"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -16,17 +13,6 @@ namespace {
 
 constexpr uint16_t kPoison16 = 0xFFFF;       // NaN in both float16 and bfloat16
 constexpr uint32_t kPoison32 = 0xFFFFFFFFu;  // NaN in float32
-
-double from_bits(DType dtype, uint16_t bits) {
-  if (dtype == DType::kFloat16) {
-    __half h;
-    std::memcpy(&h, &bits, sizeof bits);
-    return __half2float(h);
-  }
-  __nv_bfloat16 b;
-  std::memcpy(&b, &bits, sizeof bits);
-  return __bfloat162float(b);
-}
 
 std::vector<int32_t> prefix_sums(const std::vector<int>& lengths) {
   std::vector<int32_t> sums{0};
@@ -179,7 +165,7 @@ std::vector<double> AttentionCase::input(Field field) const {
   for (const auto& [which, bits] : inputs) {
     if (which != field) continue;
     std::vector<double> values(bits->size());
-    for (size_t e = 0; e < values.size(); ++e) values[e] = from_bits(spec_.dtype, (*bits)[e]);
+    for (size_t e = 0; e < values.size(); ++e) values[e] = bits_value(spec_.dtype, (*bits)[e]);
     return values;
   }
   throw std::invalid_argument("input(): not an input field");
@@ -228,7 +214,7 @@ Downloaded AttentionCase::download(const Outputs& out, Field field) const {
       const uint16_t bits = raw[r * stride + e];
       d.untouched[r * row_elems + e] = bits == kPoison16;
       d.values[r * row_elems + e] =
-          bits == kPoison16 ? std::numeric_limits<double>::quiet_NaN() : from_bits(spec_.dtype, bits);
+          bits == kPoison16 ? std::numeric_limits<double>::quiet_NaN() : bits_value(spec_.dtype, bits);
     }
     for (int64_t e = row_elems; e < stride; ++e) d.padding_writes += raw[r * stride + e] != kPoison16;
   }

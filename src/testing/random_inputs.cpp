@@ -37,6 +37,17 @@ void fill_chunk(DType dtype, uint64_t seed, size_t chunk, uint16_t* out, size_t 
 
 }  // namespace
 
+double bits_value(DType dtype, uint16_t bits) {
+  if (dtype == DType::kFloat16) {
+    __half h;
+    std::memcpy(&h, &bits, sizeof bits);
+    return __half2float(h);
+  }
+  __nv_bfloat16 b;
+  std::memcpy(&b, &bits, sizeof bits);
+  return __bfloat162float(b);
+}
+
 std::vector<uint16_t> random_normal_bits(DType dtype, size_t n, uint64_t seed) {
   std::vector<uint16_t> bits(n);
   const size_t chunks = (n + kChunk - 1) / kChunk;

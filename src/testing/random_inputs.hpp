@@ -1,5 +1,5 @@
-// Random normal inputs in fp16/bf16 bit patterns, generated in parallel: a benchmark sweep draws
-// hundreds of millions of values, which one thread needs minutes for.
+// fp16/bf16 inputs as bit patterns: random normal values, generated in parallel (a benchmark sweep
+// draws hundreds of millions of values, which one thread needs minutes for), and their values.
 #pragma once
 
 #include <cstddef>
@@ -13,5 +13,8 @@ namespace hopattn::testing {
 // n values from N(0, 1) rounded to `dtype` (kFloat16 or kBFloat16). The values depend only on
 // (seed, n), not on how many threads draw them: fixed chunks each get their own generator.
 std::vector<uint16_t> random_normal_bits(DType dtype, size_t n, uint64_t seed);
+
+// The value of an fp16 or bf16 bit pattern.
+double bits_value(DType dtype, uint16_t bits);
 
 }  // namespace hopattn::testing

@@ -2,27 +2,12 @@
 // count, distinct across seeds, and standard normal.
 #include <gtest/gtest.h>
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cmath>
-#include <cstring>
 
 #include "testing/random_inputs.hpp"
 
 namespace hopattn::testing {
 namespace {
-
-double value(DType dtype, uint16_t bits) {
-  if (dtype == DType::kFloat16) {
-    __half h;
-    std::memcpy(&h, &bits, sizeof bits);
-    return __half2float(h);
-  }
-  __nv_bfloat16 b;
-  std::memcpy(&b, &bits, sizeof bits);
-  return __bfloat162float(b);
-}
 
 TEST(RandomInputs, ReproducibleAndDistinctAcrossSeeds) {
   const size_t n = (size_t{3} << 20) + 12345;  // several generator chunks and a partial one
@@ -40,7 +25,7 @@ TEST(RandomInputs, StandardNormalInBothDtypes) {
     const auto bits = random_normal_bits(dtype, size_t{1} << 21, 7);
     double sum = 0, sum_sq = 0;
     for (uint16_t b : bits) {
-      const double x = value(dtype, b);
+      const double x = bits_value(dtype, b);
       ASSERT_TRUE(std::isfinite(x));
       sum += x;
       sum_sq += x * x;

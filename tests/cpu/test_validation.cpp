@@ -390,7 +390,7 @@ TEST(Validation, NoHopperDeviceGivesAClearError) {
 
 TEST(Device, ChecksAreCachedAndAgreeAcrossThreads) {
   if (!check_current_device().ok()) GTEST_SKIP() << "needs an sm_90 GPU: " << check_current_device().message();
-  const int sms = multiprocessor_count();
+  const int sms = current_device_limits().multiprocessors;
   EXPECT_GT(sms, 0);
   const DeviceLimits limits = current_device_limits();
   EXPECT_EQ(limits.multiprocessors, sms);
@@ -401,7 +401,7 @@ TEST(Device, ChecksAreCachedAndAgreeAcrossThreads) {
   for (int i = 0; i < 8; ++i) {
     threads.emplace_back([&] {
       for (int j = 0; j < 1000; ++j) {
-        const bool same = current_device_limits().l2_bytes == limits.l2_bytes && multiprocessor_count() == sms;
+        const bool same = current_device_limits().l2_bytes == limits.l2_bytes && current_device_limits().multiprocessors == sms;
         if (!check_current_device().ok() || !same) ++failures;
       }
     });

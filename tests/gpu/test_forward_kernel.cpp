@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "reference/cpu_reference.hpp"
 #include "testing/attention_case.hpp"
 #include "testing/gpu_oracle.hpp"
+#include "testing/random_inputs.hpp"
 #include "testing/tolerance.hpp"
 
 namespace hopattn::testing {
@@ -211,21 +211,12 @@ TEST_F(ForwardKernel, TensorsLargerThan2To31Elements) {
   const int64_t q_elems = seqlen_q * row;
   ASSERT_GT(q_elems, int64_t{1} << 31);
 
-  std::mt19937_64 rng(31);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  auto random_rows = [&](int64_t rows) {
-    std::vector<uint16_t> bits(rows * row);
-    for (uint16_t& b : bits) {
-      const float x = normal(rng);
-      uint32_t u;
-      std::memcpy(&u, &x, sizeof u);
-      b = static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);  // round to nearest even bf16
-    }
-    return bits;
+  auto random_rows = [&](int64_t rows, uint64_t seed) {
+    return random_normal_bits(DType::kBFloat16, static_cast<size_t>(rows * row), seed);
   };
   // Q repeats one random block of rows; the checked rows are then known on the host.
-  const std::vector<uint16_t> q_block = random_rows(kChecked), k_bits = random_rows(kSeqlenK),
-                              v_bits = random_rows(kSeqlenK);
+  const std::vector<uint16_t> q_block = random_rows(kChecked, 31), k_bits = random_rows(kSeqlenK, 32),
+                              v_bits = random_rows(kSeqlenK, 33);
   DeviceBuffer q(q_elems * 2), o(q_elems * 2), k(k_bits.size() * 2), v(v_bits.size() * 2);
   for (int64_t r = 0; r < seqlen_q; r += kChecked) {
     const int64_t rows = std::min<int64_t>(kChecked, seqlen_q - r);
@@ -252,12 +243,7 @@ TEST_F(ForwardKernel, TensorsLargerThan2To31Elements) {
   auto to_double = [](const std::vector<uint16_t>& bits, int64_t stride_elems, int64_t used) {
     std::vector<double> out;
     for (int64_t r = 0; r < int64_t(bits.size()) / stride_elems; ++r) {
-      for (int64_t e = 0; e < used; ++e) {
-        const uint32_t u = uint32_t{bits[r * stride_elems + e]} << 16;
-        float f;
-        std::memcpy(&f, &u, sizeof f);
-        out.push_back(f);
-      }
+      for (int64_t e = 0; e < used; ++e) out.push_back(bits_value(DType::kBFloat16, bits[r * stride_elems + e]));
     }
     return out;
   };

@@ -22,6 +22,18 @@ CUTE_DEVICE auto as_row_col(Tensor&& acc) {
   return cute::make_tensor(acc.data(), accumulator_row_col_layout(acc.layout()));
 }
 
+// Multiplies every row of an accumulator fragment by its factor (one per row the thread owns).
+template <class Tensor, int kRows>
+CUTE_DEVICE void scale_rows(Tensor& acc, const float (&factor)[kRows]) {
+  cute::Tensor rows = as_row_col(acc);
+  static_assert(decltype(cute::size<0>(rows))::value == kRows, "one factor per row");
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    CUTE_UNROLL
+    for (int c = 0; c < cute::size<1>(rows); ++c) rows(r, c) *= factor[r];
+  }
+}
+
 // For 16-bit inputs, the accumulator of S = Q K^T (M x N) holds, per 16 columns, exactly the
 // values that the register A operand of a WGMMA with K = 16 expects. So P can feed O += P V from
 // registers: regroup ((2, 2, V), M, N) as ((2, 2, 2), M, (V / 2, N)).

@@ -4,21 +4,13 @@
 
 #include <cuda_runtime.h>
 
+#include "api/device.hpp"
 #include "api/problem.hpp"
 
 namespace hopattn {
 
-// Facts about the device a launch is for, read once per device by the caller.
-struct LaunchDevice {
-  int multiprocessors = 0;
-  long long l2_bytes = 0;
-};
-
 template <DType kDType, int kHeadDim>
-cudaError_t launch_forward_kernel(const Problem& problem, const ForwardTensors& tensors, const LaunchDevice& device,
+cudaError_t launch_forward_kernel(const Problem& problem, const ForwardTensors& tensors, const DeviceLimits& device,
                                   cudaStream_t stream);
-
-// Head dims with a kernel; any other head_dim runs on the next one up, zero-padded by TMA.
-constexpr int kKernelHeadDims[] = {64, 96, 128, 192, 256};
 
 }  // namespace hopattn

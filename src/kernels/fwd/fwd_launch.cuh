@@ -34,7 +34,7 @@ inline int64_t tma_stride(int64_t stride, int64_t extent, int64_t unused_stride)
 }
 
 template <class Traits>
-ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors& t, const LaunchDevice& device) {
+ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors& t, const DeviceLimits& device) {
   using namespace cute;
   using Element = typename Traits::Element;
   using Params = ForwardParams<Traits>;
@@ -98,7 +98,7 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
 }  // namespace forward_launch_detail
 
 template <DType kDType, int kHeadDim>
-cudaError_t launch_forward_kernel(const Problem& problem, const ForwardTensors& tensors, const LaunchDevice& device,
+cudaError_t launch_forward_kernel(const Problem& problem, const ForwardTensors& tensors, const DeviceLimits& device,
                                   cudaStream_t stream) {
   using Traits = ForwardKernelTraits<typename CutlassElement<kDType>::type, kHeadDim>;
   const ForwardParams<Traits> params = forward_launch_detail::make_forward_params<Traits>(problem, tensors, device);

@@ -232,12 +232,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) max_moved |= rescale[r] != 1.f;
       if (__any_sync(0xffffffff, max_moved)) {
-        cute::Tensor o = as_row_col(tOrO);
-        CUTE_UNROLL
-        for (int r = 0; r < size<0>(o); ++r) {
-          CUTE_UNROLL
-          for (int c = 0; c < size<1>(o); ++c) o(r, c) *= rescale[r];
-        }
+        scale_rows(tOrO, rescale);
       }
       convert_fragment(tSrS, rP);
     }
@@ -255,12 +250,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
     pipeline_v.consumer_release(state_v);
     ++state_v;
 
-    cute::Tensor o = as_row_col(tOrO);
-    CUTE_UNROLL
-    for (int r = 0; r < size<0>(o); ++r) {
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(o); ++c) o(r, c) *= inv_sum[r];
-    }
+    scale_rows(tOrO, inv_sum);
     store_tile<Traits>(params, smem, t, tOrO, tScS, lse, mma_pv, thread);
     if constexpr (Traits::kOStagedInQ) {
       cutlass::arch::NamedBarrier::arrive(Traits::kConsumerThreads + cutlass::NumThreadsPerWarp,
