@@ -1,20 +1,14 @@
 // forward(), backward() and the workspace query: validate, check the device, dispatch.
 #include <cuda_runtime.h>
 
+#include "api/backward_dispatch.hpp"
 #include "api/build_config.hpp"
 #include "api/device.hpp"
 #include "api/forward_dispatch.hpp"
 #include "api/validate.hpp"
 #include "hopattn/hopattn.hpp"
-#include "kernels/reference/reference_attention.hpp"
 
 namespace hopattn {
-namespace {
-
-// The precision backward() runs the reference in until the Hopper backward kernels land.
-constexpr ReferencePrecision kApiPrecision = ReferencePrecision::kFloat32;
-
-}  // namespace
 
 Status forward(const ForwardArgs& args, Stream stream) {
   Problem problem;
@@ -29,7 +23,7 @@ Status backward_workspace_size(const BackwardArgs& args, size_t* bytes) {
   Problem problem;
   BackwardTensors tensors;
   if (Status s = validate_backward(args, &problem, &tensors); !s.ok()) return s;
-  *bytes = reference_backward_workspace_bytes(problem, kApiPrecision);
+  *bytes = backward_workspace_bytes(problem, tensors);
   return Status();
 }
 
@@ -37,11 +31,9 @@ Status backward(const BackwardArgs& args, Workspace workspace, Stream stream) {
   Problem problem;
   BackwardTensors tensors;
   if (Status s = validate_backward(args, &problem, &tensors); !s.ok()) return s;
-  const size_t required = reference_backward_workspace_bytes(problem, kApiPrecision);
-  if (Status s = validate_workspace(workspace, required); !s.ok()) return s;
+  if (Status s = validate_workspace(workspace, backward_workspace_bytes(problem, tensors)); !s.ok()) return s;
   if (Status s = check_current_device(); !s.ok()) return s;
-  return cuda_status(reference_backward(problem, tensors, workspace.data, kApiPrecision, stream),
-                     "backward kernel launch");
+  return run_backward(problem, tensors, workspace.data, args.deterministic, stream);
 }
 
 BuildInfo build_info() {

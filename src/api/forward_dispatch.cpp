@@ -34,18 +34,6 @@ const ForwardKernelEntry* find_forward_kernel(DType dtype, int head_dim) {
   return best;
 }
 
-// An input dimension of extent > 1 with stride 0 (one K broadcast over the batch, say) is legal
-// but is not given to TMA, which may reject such a descriptor; those calls take the simple path.
-bool has_broadcast_input(const Problem& p, const ForwardTensors& t) {
-  auto broadcast = [&](const RowTensor& x, long long rows, int heads) {
-    return (!p.varlen() && p.batch > 1 && x.batch_stride == 0) || (rows > 1 && x.row_stride == 0) ||
-           (heads > 1 && x.head_stride == 0);
-  };
-  const long long q_rows = p.varlen() ? p.total_q() : p.max_seqlen_q;
-  const long long k_rows = p.varlen() ? p.total_k() : p.max_seqlen_k;
-  return broadcast(t.q, q_rows, p.heads) || broadcast(t.k, k_rows, p.heads_kv) || broadcast(t.v, k_rows, p.heads_kv);
-}
-
 // The Hopper kernel (kNotSupported when this build did not compile one for the problem).
 Status run_forward_kernel(const Problem& problem, const ForwardTensors& tensors, cudaStream_t stream) {
   const ForwardKernelEntry* kernel = find_forward_kernel(problem.dtype, problem.head_dim);
@@ -60,11 +48,21 @@ Status run_forward_kernel(const Problem& problem, const ForwardTensors& tensors,
 
 }  // namespace
 
+bool has_broadcast_input(const Problem& p, const RowTensor& q, const RowTensor& k, const RowTensor& v) {
+  auto broadcast = [&](const RowTensor& x, long long rows, int heads) {
+    return (!p.varlen() && p.batch > 1 && x.batch_stride == 0) || (rows > 1 && x.row_stride == 0) ||
+           (heads > 1 && x.head_stride == 0);
+  };
+  const long long q_rows = p.varlen() ? p.total_q() : p.max_seqlen_q;
+  const long long k_rows = p.varlen() ? p.total_k() : p.max_seqlen_k;
+  return broadcast(q, q_rows, p.heads) || broadcast(k, k_rows, p.heads_kv) || broadcast(v, k_rows, p.heads_kv);
+}
+
 Status run_forward(const Problem& problem, const ForwardTensors& tensors, cudaStream_t stream) {
   if (problem.total_q() == 0) return Status();  // nothing to write
   // Without a single key there is nothing to load (and no valid TMA descriptor for K/V): every row
   // is O = 0, LSE = -inf, which the simple kernel writes; it also takes broadcast inputs.
-  if (problem.total_k() == 0 || has_broadcast_input(problem, tensors)) {
+  if (problem.total_k() == 0 || has_broadcast_input(problem, tensors.q, tensors.k, tensors.v)) {
     return cuda_status(reference_forward(problem, tensors, ReferencePrecision::kFloat32, stream),
                        "forward kernel launch");
   }

@@ -18,6 +18,12 @@ struct RowTensor {
   int64_t batch_stride = 0;
   int64_t row_stride = 0;
   int64_t head_stride = 0;
+
+  // The element at (batch, token, head, 0); token counts along the packed axis in varlen mode.
+  template <typename T>
+  HOPATTN_HOST_DEVICE T* at(long long batch, long long token, long long head) const {
+    return static_cast<T*>(data) + batch * batch_stride + token * row_stride + head * head_stride;
+  }
 };
 
 struct Problem {

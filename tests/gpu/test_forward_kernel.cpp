@@ -20,6 +20,7 @@
 #include "testing/gpu_oracle.hpp"
 #include "testing/random_inputs.hpp"
 #include "testing/tolerance.hpp"
+#include "kernel_cases.hpp"
 
 namespace hopattn::testing {
 namespace {
@@ -31,15 +32,6 @@ class ForwardKernel : public ::testing::Test {
     if (!device.ok()) GTEST_SKIP() << "needs an sm_90 GPU: " << device.message();
   }
 };
-
-// Whether this build compiled a kernel that runs head_dim in dtype (see HOPATTN_HEADDIMS/DTYPES).
-bool built_for(DType dtype, int head_dim) {
-  const BuildInfo info = build_info();
-  const bool dtype_built = std::find(info.dtypes.begin(), info.dtypes.end(), dtype) != info.dtypes.end();
-  const bool dim_built =
-      std::any_of(info.head_dims.begin(), info.head_dims.end(), [&](int d) { return d >= head_dim; });
-  return dtype_built && dim_built;
-}
 
 void expect_ok(const ErrorReport& r) {
   std::cout << "    " << r.str() << "\n";
@@ -60,137 +52,6 @@ void check_forward(const CaseSpec& spec) {
   ASSERT_TRUE(s.ok()) << s.message();
   check_cuda(cudaDeviceSynchronize(), "forward");
   for (const ErrorReport& r : check_with_gpu_oracle(c, out, nullptr).forward) expect_ok(r);
-}
-
-struct NamedCase {
-  std::string name;
-  CaseSpec spec;
-};
-void PrintTo(const NamedCase& c, std::ostream* os) { *os << c.name; }
-
-struct MaskChoice {
-  const char* name;
-  bool causal;
-  int left, right;
-};
-constexpr MaskChoice kMasks[] = {{"none", false, -1, -1},  {"causal", true, -1, -1},     {"local37_11", false, 37, 11},
-                                 {"local0_0", false, 0, 0}, {"causal_left100", true, 100, -1}, {"right50", false, -1, 50}};
-struct HeadChoice {
-  const char* name;
-  int heads, heads_kv;
-};
-constexpr HeadChoice kHeadModes[] = {{"mha", 4, 4}, {"gqa", 6, 2}, {"mqa", 4, 1}};
-
-// dtype x head dim x (seqlen_q, seqlen_k), with the mask and head mode rotating so that every
-// combination of neighbours appears without a full cross product.
-std::vector<NamedCase> sweep_cases() {
-  const int head_dims[] = {64, 96, 128, 192, 256, 8, 40, 72, 80, 104, 160, 248};
-  const std::pair<int, int> seqlens[] = {{1, 1},     {1, 300},   {113, 203}, {799, 3},
-                                         {3, 799},   {128, 128}, {257, 1000}, {1000, 257}};
-  std::vector<NamedCase> all;
-  uint64_t seed = 5000;
-  int rotation = 0;
-  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
-    for (int d : head_dims) {
-      for (const auto& [sq, sk] : seqlens) {
-        const MaskChoice& m = kMasks[rotation % std::size(kMasks)];
-        const HeadChoice& h = kHeadModes[(rotation / 2) % std::size(kHeadModes)];
-        ++rotation;
-        CaseSpec s;
-        s.dtype = dtype;
-        s.head_dim = d;
-        s.batch = 2;
-        s.seqlen_q = sq;
-        s.seqlen_k = sk;
-        s.heads = h.heads;
-        s.heads_kv = h.heads_kv;
-        s.causal = m.causal;
-        s.window_left = m.left;
-        s.window_right = m.right;
-        s.seed = seed++;
-        all.push_back({std::string(dtype == DType::kBFloat16 ? "bf16" : "fp16") + "_d" + std::to_string(d) + "_" +
-                           std::to_string(sq) + "x" + std::to_string(sk) + "_" + m.name + "_" + h.name,
-                       s});
-      }
-    }
-  }
-  return all;
-}
-
-// Larger and special problems: long sequences, strides, scales, varlen corner cases.
-std::vector<NamedCase> special_cases() {
-  std::vector<NamedCase> all;
-  uint64_t seed = 9000;
-  auto add = [&](std::string name, CaseSpec s) {
-    s.seed = seed++;
-    all.push_back({std::move(name), s});
-  };
-  for (int d : {64, 128, 256}) {
-    for (bool causal : {false, true}) {
-      CaseSpec s;
-      s.head_dim = d;
-      s.batch = 1;
-      s.heads = s.heads_kv = 2;
-      s.seqlen_q = s.seqlen_k = 4224;
-      s.causal = causal;
-      add("long_4224_d" + std::to_string(d) + (causal ? "_causal" : ""), s);
-    }
-  }
-  CaseSpec s;
-  s.batch = 3;
-  s.heads = 4;
-  s.heads_kv = 2;
-  s.head_dim = 128;
-  s.seqlen_q = 300;
-  s.seqlen_k = 517;
-  s.row_padding = 24;  // rows 24 elements apart: batch, row and head strides all distinct
-  add("strided_batch3_gqa", s);
-  s.causal = true;
-  s.dtype = DType::kFloat16;
-  add("strided_batch3_gqa_causal_fp16", s);
-
-  s = CaseSpec{};
-  s.head_dim = 128;
-  s.seqlen_q = s.seqlen_k = 333;
-  s.softmax_scale = -0.3f;  // a negative scale turns the max into a min: the softmax must not care
-  add("negative_scale", s);
-  s.softmax_scale = 2.0f;
-  s.causal = true;
-  add("large_scale_causal", s);
-
-  s = CaseSpec{};
-  s.head_dim = 128;
-  s.heads = 4;
-  s.heads_kv = 2;
-  s.varlen_seqlens_q = {0, 0, 300};  // leading empty sequences
-  s.varlen_seqlens_k = {0, 0, 411};
-  add("varlen_leading_empty", s);
-  s.varlen_seqlens_q = {0, 0, 0};
-  s.varlen_seqlens_k = {5, 0, 7};
-  add("varlen_all_queries_empty", s);
-  s.varlen_seqlens_q = {17, 0, 9};
-  s.varlen_seqlens_k = {0, 0, 0};
-  add("varlen_all_keys_empty", s);
-  s.varlen_seqlens_q = {130, 1, 257, 64, 0, 700};
-  s.varlen_seqlens_k = {200, 9, 129, 0, 33, 650};
-  s.causal = true;
-  add("varlen_causal_gqa", s);
-  s.causal = false;
-  s.window_left = 60;
-  s.window_right = 3;
-  s.seqused_q = {100, 1, 0, 64, 0, 511};
-  s.seqused_k = {200, 4, 100, 0, 10, 649};
-  add("varlen_local_seqused", s);
-  s.window_left = s.window_right = -1;
-  s.head_dim = 192;
-  s.dtype = DType::kFloat16;
-  s.seqused_q.clear();
-  s.seqused_k.clear();
-  add("varlen_d192_fp16", s);
-  s.head_dim = 72;
-  s.row_padding = 16;
-  add("varlen_d72_strided", s);
-  return all;
 }
 
 class ForwardSweep : public ForwardKernel, public ::testing::WithParamInterface<NamedCase> {};

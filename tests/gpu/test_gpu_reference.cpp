@@ -1,4 +1,4 @@
-// The GPU path (today: the reference kernels behind forward()/backward()) against the float64 CPU
+// The GPU path (the kernels behind forward()/backward()) against the float64 CPU
 // reference with FA3's tolerance rule, fresh random inputs and poisoned outputs; the float64 GPU
 // oracle on a larger problem; zero-size problems; determinism; the C ABI on the device.
 #include <cuda_runtime.h>
@@ -44,8 +44,9 @@ void run_forward(const AttentionCase& c, const Outputs& out) {
   sync();
 }
 
-void run_backward(const AttentionCase& c, const Outputs& fwd, const Outputs& grads) {
-  const BackwardArgs args = c.backward_args(fwd, grads);
+void run_backward(const AttentionCase& c, const Outputs& fwd, const Outputs& grads, bool deterministic = false) {
+  BackwardArgs args = c.backward_args(fwd, grads);
+  args.deterministic = deterministic;
   size_t bytes = 0;
   ASSERT_TRUE(backward_workspace_size(args, &bytes).ok());
   DeviceBuffer workspace(bytes);
@@ -213,8 +214,8 @@ TEST_F(Gpu, BackwardIsBitwiseDeterministic) {
   const Outputs fwd = c.new_outputs(), first = c.new_outputs(), second = c.new_outputs();
   run_forward(c, fwd);
   if (IsSkipped()) return;
-  run_backward(c, fwd, first);
-  run_backward(c, fwd, second);
+  run_backward(c, fwd, first, /*deterministic=*/true);
+  run_backward(c, fwd, second, /*deterministic=*/true);
   for (Field f : {Field::kDq, Field::kDk, Field::kDv}) {
     const Downloaded a = c.download(first, f), b = c.download(second, f);
     ASSERT_EQ(a.values.size(), b.values.size());

@@ -12,11 +12,23 @@ enum class FwdBarrier : uint32_t {
   kEpilogue0 = 4,       // + consumer warpgroup: its rows of the O staging buffer are complete
 };
 
+// The backward's barriers: the dQ staging buffer between the MMA warpgroups and the dQ writer warp
+// (full: the partial sums are in shared memory; empty: the writer has read them out), and each
+// MMA warpgroup's dS^T tile being complete in shared memory before its dQ GEMM reads it.
+enum class BwdBarrier : uint32_t {
+  kDqFull = 0,
+  kDqEmpty = 1,
+  kDsWritten0 = 2,  // + MMA warpgroup
+};
+
 inline constexpr int kMaxConsumerWarpgroups = 3;
 static_assert(static_cast<uint32_t>(FwdBarrier::kEpilogue0) + kMaxConsumerWarpgroups <= 8,
               "CUTLASS leaves 8 named barriers to kernels");
 
 CUTLASS_DEVICE uint32_t barrier_id(FwdBarrier base, int offset = 0) {
+  return static_cast<uint32_t>(base) + static_cast<uint32_t>(offset);
+}
+CUTLASS_DEVICE uint32_t barrier_id(BwdBarrier base, int offset = 0) {
   return static_cast<uint32_t>(base) + static_cast<uint32_t>(offset);
 }
 

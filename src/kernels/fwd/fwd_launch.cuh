@@ -3,35 +3,18 @@
 #pragma once
 
 #include <cute/tensor.hpp>
-#include <cutlass/numeric_types.h>
-
 #include <algorithm>
 #include <atomic>
 
+#include "kernels/common/cutlass_element.hpp"
+#include "kernels/common/tma_tensors.cuh"
 #include "kernels/fwd/forward_kernels.hpp"
 #include "kernels/fwd/fwd_kernel.cuh"
 #include "kernels/fwd/fwd_kernel_traits.cuh"
 
 namespace hopattn {
 
-template <DType kDType>
-struct CutlassElement;
-template <>
-struct CutlassElement<DType::kFloat16> {
-  using type = cutlass::half_t;
-};
-template <>
-struct CutlassElement<DType::kBFloat16> {
-  using type = cutlass::bfloat16_t;
-};
-
 namespace forward_launch_detail {
-
-// TMA descriptors need every stride to be a multiple of 16 bytes, also for dimensions of extent 1
-// whose stride the API leaves free; such a stride is never used, so any valid value will do.
-inline int64_t tma_stride(int64_t stride, int64_t extent, int64_t unused_stride) {
-  return extent <= 1 ? unused_stride : stride;
-}
 
 template <class Traits>
 ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors& t, const DeviceLimits& device) {
@@ -42,26 +25,19 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   const int32_t q_tokens = static_cast<int32_t>(varlen ? p.total_q() : p.max_seqlen_q);
   const int32_t k_tokens = static_cast<int32_t>(varlen ? p.total_k() : p.max_seqlen_k);
   const int32_t batch = varlen ? 1 : p.batch;
-  // A stride that is a multiple of 16 bytes and spans everything: safe for unused dimensions.
-  auto span = [](std::initializer_list<int64_t> extents) { return (std::max(extents) + 7) / 8 * 8; };
-  const int64_t q_span = span({t.q.row_stride * q_tokens, t.q.head_stride * p.heads, 8});
-  const int64_t k_span = span({t.k.row_stride * k_tokens, t.k.head_stride * p.heads_kv, t.v.row_stride * k_tokens,
-                               t.v.head_stride * p.heads_kv, 8});
+  const int64_t q_span = tma_unused_stride({t.q.row_stride * q_tokens, t.q.head_stride * p.heads, 8});
+  const int64_t k_span = tma_unused_stride({t.k.row_stride * k_tokens, t.k.head_stride * p.heads_kv,
+                                            t.v.row_stride * k_tokens, t.v.head_stride * p.heads_kv, 8});
 
   Params params{};
   params.shape_q = make_shape(q_tokens, int32_t(p.head_dim), int32_t(p.heads), batch);
   params.shape_k = make_shape(k_tokens, int32_t(p.head_dim), int32_t(p.heads_kv), batch);
   params.shape_vt = make_shape(int32_t(p.head_dim), k_tokens, int32_t(p.heads_kv), batch);
-  auto q_stride = make_stride(tma_stride(t.q.row_stride, q_tokens, q_span), _1{},
-                              tma_stride(t.q.head_stride, p.heads, q_span), tma_stride(t.q.batch_stride, batch, q_span));
-  auto k_stride = make_stride(tma_stride(t.k.row_stride, k_tokens, k_span), _1{},
-                              tma_stride(t.k.head_stride, p.heads_kv, k_span),
-                              tma_stride(t.k.batch_stride, batch, k_span));
   auto vt_stride = make_stride(_1{}, tma_stride(t.v.row_stride, k_tokens, k_span),
                                tma_stride(t.v.head_stride, p.heads_kv, k_span),
                                tma_stride(t.v.batch_stride, batch, k_span));
-  cute::Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(t.q.data)), params.shape_q, q_stride);
-  cute::Tensor mK = make_tensor(make_gmem_ptr(static_cast<Element const*>(t.k.data)), params.shape_k, k_stride);
+  cute::Tensor mQ = tma_tokens_tensor<Element>(t.q, q_tokens, p.head_dim, p.heads, batch, q_span);
+  cute::Tensor mK = tma_tokens_tensor<Element>(t.k, k_tokens, p.head_dim, p.heads_kv, batch, k_span);
   cute::Tensor mVt = make_tensor(make_gmem_ptr(static_cast<Element const*>(t.v.data)), params.shape_vt, vt_stride);
   params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, mQ, typename Traits::SmemLayoutQ{},
                                Shape<typename Traits::BlockM, typename Traits::HeadDim>{}, _1{});

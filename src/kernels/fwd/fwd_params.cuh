@@ -6,6 +6,7 @@
 
 #include "api/problem.hpp"
 #include "kernels/common/tile_scheduler.hpp"
+#include "kernels/common/tma_tensors.cuh"
 
 namespace hopattn {
 
@@ -14,8 +15,8 @@ struct ForwardParams {
   using Element = typename Traits::Element;
   // Q, K: (tokens, head_dim, heads, batch); V^T: (head_dim, tokens, heads, batch). In varlen mode
   // tokens is the packed axis and batch has extent 1.
-  using ShapeTokens = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
-  using StrideTokens = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
+  using ShapeTokens = TmaTokensShape;
+  using StrideTokens = TmaTokensStride;
   using StrideTransposed = cute::Stride<cute::_1, int64_t, int64_t, int64_t>;
 
   using TmaQ = decltype(cute::make_tma_copy(

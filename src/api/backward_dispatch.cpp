@@ -1,0 +1,84 @@
+#include "api/backward_dispatch.hpp"
+
+#include <string>
+
+#include "api/device.hpp"
+#include "api/forward_dispatch.hpp"
+#include "kernels/bwd/backward_kernels.hpp"
+#include "kernels/reference/reference_attention.hpp"
+
+namespace hopattn {
+namespace {
+
+using BackwardLauncher = cudaError_t (*)(const Problem&, const BackwardTensors&, void*, bool, const DeviceLimits&,
+                                         cudaStream_t);
+
+struct BackwardKernelEntry {
+  DType dtype;
+  int head_dim;
+  BackwardLauncher launch;
+};
+
+// One entry per backward instantiation this build compiled (HOPATTN_HEADDIMS/HOPATTN_DTYPES, head
+// dims up to kMaxBackwardKernelHeadDim).
+constexpr BackwardKernelEntry kBackwardKernels[] = {
+#define HOPATTN_KERNEL(dtype, head_dim) {DType::dtype, head_dim, &launch_backward_kernels<DType::dtype, head_dim>},
+#include "kernels/instantiations/backward_kernel_list.inc"
+#undef HOPATTN_KERNEL
+    {DType::kFloat32, 0, nullptr},  // end marker: a build may compile no backward kernel at all
+};
+
+// Grid dimensions y and z (heads, batch) are limited to 65535.
+constexpr int kMaxGridYZ = 65535;
+
+struct BackwardPlan {
+  bool reference = false;                      // the simple kernels at fp32
+  const BackwardKernelEntry* kernel = nullptr;  // else the Hopper kernels; null: not built
+};
+
+BackwardPlan plan_backward(const Problem& p, const BackwardTensors& t) {
+  BackwardPlan plan;
+  // Without queries or keys there is nothing to stream (and no valid TMA descriptor); broadcast
+  // inputs are not given to TMA; head dims above the kernels' reach: all take the simple kernels.
+  if (p.total_q() == 0 || p.total_k() == 0 || has_broadcast_input(p, t.q, t.k, t.v) ||
+      has_broadcast_input(p, t.dout, t.k, t.v) || p.head_dim > kMaxBackwardKernelHeadDim || p.heads > kMaxGridYZ ||
+      p.batch > kMaxGridYZ) {
+    plan.reference = true;
+    return plan;
+  }
+  for (const BackwardKernelEntry& e : kBackwardKernels) {
+    if (e.launch == nullptr || e.dtype != p.dtype || e.head_dim < p.head_dim) continue;
+    if (plan.kernel == nullptr || e.head_dim < plan.kernel->head_dim) plan.kernel = &e;
+  }
+  return plan;
+}
+
+constexpr ReferencePrecision kReferencePrecision = ReferencePrecision::kFloat32;
+
+}  // namespace
+
+size_t backward_workspace_bytes(const Problem& problem, const BackwardTensors& tensors) {
+  const BackwardPlan plan = plan_backward(problem, tensors);
+  if (plan.reference) return reference_backward_workspace_bytes(problem, kReferencePrecision);
+  return plan.kernel ? backward_kernel_workspace_bytes(problem, plan.kernel->head_dim) : 0;
+}
+
+Status run_backward(const Problem& problem, const BackwardTensors& tensors, void* workspace, bool deterministic,
+                    cudaStream_t stream) {
+  const BackwardPlan plan = plan_backward(problem, tensors);
+  if (plan.reference) {
+    // The reference has no atomics: it is deterministic either way.
+    return cuda_status(reference_backward(problem, tensors, workspace, kReferencePrecision, stream),
+                       "backward kernel launch");
+  }
+  if (plan.kernel == nullptr) {
+    return Status(StatusCode::kNotSupported,
+                  std::string("this build has no backward kernel for dtype ") + dtype_name(problem.dtype) +
+                      " with head_dim >= " + std::to_string(problem.head_dim) +
+                      "; rebuild with it in the CMake options HOPATTN_DTYPES / HOPATTN_HEADDIMS");
+  }
+  return cuda_status(plan.kernel->launch(problem, tensors, workspace, deterministic, current_device_limits(), stream),
+                     "backward kernel launch");
+}
+
+}  // namespace hopattn

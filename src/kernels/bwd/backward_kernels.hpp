@@ -1,0 +1,29 @@
+// The Hopper backward kernels as the API sees them: one launcher per (dtype, kernel head dim),
+// compiled in its own translation unit (see src/kernels/instantiations/), no CuTe types here.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "api/device.hpp"
+#include "api/problem.hpp"
+#include "kernels/bwd/bwd_workspace.hpp"
+
+namespace hopattn {
+
+// Workspace bytes the kernels of head dim kernel_head_dim need for this problem.
+inline size_t backward_kernel_workspace_bytes(const Problem& problem, int kernel_head_dim) {
+  return BackwardWorkspace::bytes_for(problem, kernel_head_dim);
+}
+
+// The largest head dim the backward kernels cover so far; above it backward() runs the reference.
+inline constexpr int kMaxBackwardKernelHeadDim = 128;
+
+// Preprocess, main and postprocess kernels on `stream`; `workspace` holds at least
+// backward_kernel_workspace_bytes(problem, kHeadDim) bytes.
+template <DType kDType, int kHeadDim>
+cudaError_t launch_backward_kernels(const Problem& problem, const BackwardTensors& tensors, void* workspace,
+                                    bool deterministic, const DeviceLimits& device, cudaStream_t stream);
+
+}  // namespace hopattn

@@ -1,0 +1,51 @@
+// The backward main kernel: barrier setup and warp roles. One CTA per (key block, KV head, batch);
+// warpgroup 0 is the producer group (warp 0 issues TMA, warp 1 writes dQ, both give registers
+// back), warpgroups 1 and 2 run the GEMMs for 64 keys each.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "kernels/bwd/bwd_mainloop.cuh"
+
+namespace hopattn {
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID_CONSTANT BackwardParams<Traits> const params) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ char shared_memory[];
+  auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(shared_memory);
+  using Pipeline = typename Traits::Pipeline;
+
+  const BackwardTile t = make_backward_tile(params);
+  if (t.n_block * Traits::kBlockN >= t.seqlen_k) return;  // past this sequence's keys (varlen)
+
+  const int warp = cutlass::canonical_warp_idx_sync();
+  const int warpgroup = cutlass::canonical_warp_group_idx();
+  if (warp == 0 && cute::elect_one_sync()) {
+    cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_dout.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+    smem.kv_full.init(/*arrive_count=*/1);
+  }
+  typename Pipeline::Params pipeline_params;
+  pipeline_params.transaction_bytes = Traits::kStageBytes;
+  pipeline_params.role = warpgroup == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pipeline_params.is_leader = threadIdx.x == 0;
+  pipeline_params.num_consumers = Traits::kMmaThreads;
+  Pipeline pipeline(smem.pipeline, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
+  __syncthreads();  // barriers initialised before anyone waits on them
+
+  if (warpgroup == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
+    if (warp == 0) backward_producer<Traits>(params, smem, pipeline, t);
+    if (warp == 1) backward_dq_writer<Traits>(params, smem, t);
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<Traits::kMmaRegisters>();
+    backward_mma<Traits>(params, smem, pipeline, t);
+  }
+#endif
+}
+
+}  // namespace hopattn

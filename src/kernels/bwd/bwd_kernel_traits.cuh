@@ -1,0 +1,108 @@
+// Compile-time description of one backward kernel: tiles, the four WGMMA tilings, shared-memory
+// layouts (each operand once, with transposed views where a GEMM reads it the other way round) and
+// the shared storage they add up to.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/numeric_types.h>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+#include "kernels/bwd/bwd_tile_config.hpp"
+#include "kernels/bwd/bwd_workspace.hpp"
+#include "kernels/common/swizzle_atoms.cuh"
+
+namespace hopattn {
+
+// The same shared-memory tensor read with its two modes swapped (e.g. Q as Q^T): a WGMMA then sees
+// an MN-major operand, which it reads natively.
+template <class Layout, class Rows, class Cols>
+using TransposedLayout = decltype(cute::composition(
+    Layout{}, cute::make_layout(cute::Shape<Cols, Rows>{}, cute::Stride<Rows, cute::_1>{})));
+template <class Layout, class Rows, class Cols, class Stages>
+using TransposedStagedLayout = decltype(cute::composition(
+    Layout{}, cute::make_layout(cute::Shape<Cols, Rows, Stages>{},
+                                cute::Stride<Rows, cute::_1, cute::Int<Rows::value * Cols::value>>{})));
+
+template <typename Element_, int kHeadDim_>
+struct BackwardKernelTraits {
+  using Element = Element_;
+  using Config = BackwardTileConfig<kHeadDim_>;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = BackwardWorkspace::kRowBlock;
+  static constexpr int kBlockN = Config::kBlockN;
+  static constexpr int kStages = Config::kStages;
+
+  static constexpr int kMmaWarpgroups = kBlockN / 64;
+  static constexpr int kMmaThreads = kMmaWarpgroups * cutlass::NumThreadsPerWarpGroup;
+  static constexpr int kThreads = kMmaThreads + cutlass::NumThreadsPerWarpGroup;  // + producer group
+  // The producer group holds the TMA warp and the dQ writer warp; the MMA warpgroups hold the
+  // dK and dV accumulators for the whole CTA lifetime and need the registers.
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kMmaRegisters = 240;
+  static_assert(kBlockN == 128, "two MMA warpgroups of 64 keys each");
+  static_assert(kProducerRegisters + kMmaWarpgroups * kMmaRegisters <= 65536 / cutlass::NumThreadsPerWarpGroup,
+                "register budget exceeds the register file");
+  static_assert(kHeadDim % 32 == 0, "kernel head dims are multiples of 32");
+
+  using BlockM = cute::Int<kBlockM>;
+  using BlockN = cute::Int<kBlockN>;
+  using HeadDim = cute::Int<kHeadDim>;
+  using Stages = cute::Int<kStages>;
+  using WarpgroupKeys = cute::Int<64>;  // keys per MMA warpgroup
+  using MmaWarpgroupsAlongM = cute::Layout<cute::Shape<cute::Int<kMmaWarpgroups>, cute::_1, cute::_1>>;
+
+  // S^T = K Q^T and dP^T = V dO^T, (keys, queries): both operands K-major in shared memory. With
+  // keys as the rows, P^T and dS^T come out in the registers that feed dV and dK as A operands.
+  using TiledMmaSdP = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, BlockM, HeadDim>>(),
+      MmaWarpgroupsAlongM{}));
+  // dV += P^T dO and dK += dS^T Q, (keys, head dim): A from registers, dO^T and Q^T MN-major.
+  using TiledMmaKV = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, HeadDim, BlockM>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
+      MmaWarpgroupsAlongM{}));
+  // One warpgroup's share of dQ = dS K, over its own 64 keys, (queries, head dim): dS^T and K read
+  // transposed (MN-major). The two warpgroups' partial sums meet in global memory.
+  using TiledMmaDQ = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, HeadDim, WarpgroupKeys>,
+                                 cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
+      cute::Layout<cute::Shape<cute::_1, cute::_1, cute::_1>>{}));
+
+  using SmemLayoutQ = decltype(cute::tile_to_shape(widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim>(),
+                                                   cute::Shape<BlockM, HeadDim, Stages>{}));  // also dO
+  using SmemLayoutQt = TransposedStagedLayout<SmemLayoutQ, BlockM, HeadDim, Stages>;
+  using SmemLayoutK = decltype(cute::tile_to_shape(widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim>(),
+                                                   cute::Shape<BlockN, HeadDim>{}));  // also V
+  using SmemLayoutKt = TransposedLayout<SmemLayoutK, BlockN, HeadDim>;
+  using SmemLayoutDS = decltype(cute::tile_to_shape(widest_swizzle_atom<cute::GMMA::Major::K, Element, kBlockM>(),
+                                                    cute::Shape<BlockN, BlockM>{}));  // dS^T (keys, queries)
+  using SmemLayoutDSt = TransposedLayout<SmemLayoutDS, BlockN, BlockM>;
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename Pipeline::PipelineState;
+
+  static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kRowStatBytes = kBlockM * sizeof(float);
+  static constexpr uint32_t kStageBytes = 2 * kQBytes + 2 * kRowStatBytes;  // Q, dO, LSE, D
+  // One warpgroup's partial dQ block, as it travels to dq_accum.
+  static constexpr int kDqPartialFloats = kBlockM * kHeadDim;
+
+  struct SharedStorage {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> ds;
+    cute::array_aligned<float, kMmaWarpgroups * kDqPartialFloats, 128> dq;
+    cute::array_aligned<float, kStages * kBlockM, 128> lse_log2;
+    cute::array_aligned<float, kStages * kBlockM, 128> dpsum;
+    cutlass::arch::ClusterTransactionBarrier kv_full;
+    typename Pipeline::SharedStorage pipeline;
+  };
+  static constexpr int kSharedBytes = sizeof(SharedStorage);
+  static_assert(kSharedBytes <= 227 * 1024, "shared storage exceeds the 227 KiB an sm_90 CTA can have");
+};
+
+}  // namespace hopattn

@@ -1,0 +1,111 @@
+// Host side of the backward: the workspace carved up, TMA descriptors, and the three launches.
+// Included only by the generated instantiation units.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <atomic>
+
+#include "kernels/bwd/backward_kernels.hpp"
+#include "kernels/bwd/bwd_kernel.cuh"
+#include "kernels/bwd/bwd_kernel_traits.cuh"
+#include "kernels/bwd/bwd_postprocess.cuh"
+#include "kernels/bwd/bwd_preprocess.cuh"
+#include "kernels/common/cutlass_element.hpp"
+#include "kernels/common/tma_tensors.cuh"
+
+namespace hopattn {
+
+namespace backward_launch_detail {
+
+template <class Traits>
+BackwardParams<Traits> make_backward_params(const Problem& p, const BackwardTensors& t, void* workspace,
+                                            bool deterministic) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  const bool varlen = p.varlen();
+  const int32_t q_tokens = static_cast<int32_t>(varlen ? p.total_q() : p.max_seqlen_q);
+  const int32_t k_tokens = static_cast<int32_t>(varlen ? p.total_k() : p.max_seqlen_k);
+  const int32_t batch = varlen ? 1 : p.batch;
+  const int64_t q_span = tma_unused_stride({t.q.row_stride * q_tokens, t.q.head_stride * p.heads,
+                                            t.dout.row_stride * q_tokens, t.dout.head_stride * p.heads, 8});
+  const int64_t k_span = tma_unused_stride({t.k.row_stride * k_tokens, t.k.head_stride * p.heads_kv,
+                                            t.v.row_stride * k_tokens, t.v.head_stride * p.heads_kv, 8});
+  BackwardParams<Traits> params{};
+  params.shape_q = make_shape(q_tokens, int32_t(p.head_dim), int32_t(p.heads), batch);
+  params.shape_k = make_shape(k_tokens, int32_t(p.head_dim), int32_t(p.heads_kv), batch);
+  auto q_box = Shape<typename Traits::BlockM, typename Traits::HeadDim>{};
+  auto k_box = Shape<typename Traits::BlockN, typename Traits::HeadDim>{};
+  auto smem_q = take<0, 2>(typename Traits::SmemLayoutQ{});
+  params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, tma_tokens_tensor<Element>(t.q, q_tokens, p.head_dim, p.heads, batch, q_span),
+                               smem_q, q_box, _1{});
+  params.tma_dout = make_tma_copy(
+      SM90_TMA_LOAD{}, tma_tokens_tensor<Element>(t.dout, q_tokens, p.head_dim, p.heads, batch, q_span), smem_q, q_box,
+      _1{});
+  params.tma_k = make_tma_copy(SM90_TMA_LOAD{}, tma_tokens_tensor<Element>(t.k, k_tokens, p.head_dim, p.heads_kv, batch, k_span),
+                               typename Traits::SmemLayoutK{}, k_box, _1{});
+  params.tma_v = make_tma_copy(SM90_TMA_LOAD{}, tma_tokens_tensor<Element>(t.v, k_tokens, p.head_dim, p.heads_kv, batch, k_span),
+                               typename Traits::SmemLayoutK{}, k_box, _1{});
+  params.problem = p;
+  params.o = t.o;
+  params.dout = t.dout;
+  params.lse = t.lse;
+  params.dq = t.dq;
+  params.dk = t.dk;
+  params.dv = t.dv;
+  params.workspace = BackwardWorkspace::carve(workspace, p, Traits::kHeadDim);
+  params.scale_log2 = p.softmax_scale * 1.44269504088896340736f;
+  params.deterministic = deterministic;
+  return params;
+}
+
+// cudaFuncSetAttribute once per device; setting it is idempotent, so a race only repeats the work.
+template <auto* kKernel>
+cudaError_t allow_shared_bytes(int bytes) {
+  static std::atomic<uint64_t> configured_devices{0};
+  int ordinal = 0;
+  if (cudaError_t e = cudaGetDevice(&ordinal); e != cudaSuccess) return e;
+  const uint64_t bit = ordinal < 64 ? (uint64_t{1} << ordinal) : 0;
+  if (bit != 0 && (configured_devices.load(std::memory_order_acquire) & bit)) return cudaSuccess;
+  if (cudaError_t e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      e != cudaSuccess) {
+    return e;
+  }
+  configured_devices.fetch_or(bit, std::memory_order_acq_rel);
+  return cudaSuccess;
+}
+
+}  // namespace backward_launch_detail
+
+template <DType kDType, int kHeadDim>
+cudaError_t launch_backward_kernels(const Problem& problem, const BackwardTensors& tensors, void* workspace,
+                                    bool deterministic, const DeviceLimits& /*device*/, cudaStream_t stream) {
+  using namespace backward_launch_detail;
+  using Element = typename CutlassElement<kDType>::type;
+  using Traits = BackwardKernelTraits<Element, kHeadDim>;
+  const BackwardParams<Traits> params = make_backward_params<Traits>(problem, tensors, workspace, deterministic);
+
+  // With max_seqlen_q = 0 there is no query block: only the main kernel runs, writing dK = dV = 0.
+  const dim3 query_blocks((problem.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, problem.heads, problem.batch);
+  const bool has_queries = query_blocks.x > 0;
+  if (has_queries) {
+    backward_preprocess_kernel<Element, kHeadDim><<<query_blocks, kPreprocessThreads, 0, stream>>>(
+        problem, tensors.o, tensors.dout, tensors.lse, params.workspace);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+
+  constexpr auto* kMain = &backward_kernel<Traits>;
+  if (cudaError_t e = allow_shared_bytes<kMain>(Traits::kSharedBytes); e != cudaSuccess) return e;
+  const dim3 key_blocks((problem.max_seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, problem.heads_kv,
+                        problem.batch);
+  kMain<<<key_blocks, Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+
+  if (has_queries) {
+    backward_postprocess_kernel<Traits><<<query_blocks, cutlass::NumThreadsPerWarpGroup, 0, stream>>>(
+        problem, tensors.dq, params.workspace);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace hopattn

@@ -1,0 +1,317 @@
+// The backward main kernel's three roles in one CTA (a block of kBlockN keys of one KV head):
+// - the producer warp loads K and V once, then streams Q, dO and the rows' LSE and D for every
+//   visible query block of every query head of the group through a kStages ring (TMA, mbarriers);
+// - the MMA warpgroups (64 keys each) compute S^T = K Q^T and dP^T = V dO^T, turn them into P^T
+//   and dS^T in registers, accumulate dV += P^T dO and dK += dS^T Q with those registers as the A
+//   operand, and their share of dQ = dS K through dS^T in shared memory;
+// - the dQ writer warp adds each block's dQ partial sums into the fp32 accumulator in global memory
+//   with bulk reduce-adds, in key-block order when the call asks for determinism.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+#include "kernels/bwd/bwd_params.cuh"
+#include "kernels/common/mask.hpp"
+#include "kernels/common/mma_layouts.cuh"
+#include "kernels/common/named_barriers.hpp"
+#include "kernels/common/warpgroup_mma.cuh"
+
+namespace hopattn {
+
+template <class Traits>
+struct BackwardSmemTensors {
+  using SharedStorage = typename Traits::SharedStorage;
+  template <class Layout, class T>
+  CUTE_DEVICE static auto view(T* data) {
+    return cute::make_tensor(cute::make_smem_ptr(data), Layout{});
+  }
+  CUTE_DEVICE static auto q(SharedStorage& s) { return view<typename Traits::SmemLayoutQ>(s.q.data()); }
+  CUTE_DEVICE static auto qt(SharedStorage& s) { return view<typename Traits::SmemLayoutQt>(s.q.data()); }
+  CUTE_DEVICE static auto dout(SharedStorage& s) { return view<typename Traits::SmemLayoutQ>(s.dout.data()); }
+  CUTE_DEVICE static auto doutt(SharedStorage& s) { return view<typename Traits::SmemLayoutQt>(s.dout.data()); }
+  CUTE_DEVICE static auto k(SharedStorage& s) { return view<typename Traits::SmemLayoutK>(s.k.data()); }
+  CUTE_DEVICE static auto kt(SharedStorage& s) { return view<typename Traits::SmemLayoutKt>(s.k.data()); }
+  CUTE_DEVICE static auto v(SharedStorage& s) { return view<typename Traits::SmemLayoutK>(s.v.data()); }
+  CUTE_DEVICE static auto ds(SharedStorage& s) { return view<typename Traits::SmemLayoutDS>(s.ds.data()); }
+  CUTE_DEVICE static auto dst(SharedStorage& s) { return view<typename Traits::SmemLayoutDSt>(s.ds.data()); }
+};
+
+// The query heads of a KV head's group, in the order every role visits them.
+CUTE_DEVICE int group_size(const Problem& p) { return p.heads / p.heads_kv; }
+
+template <class Traits>
+CUTE_DEVICE void backward_producer(const BackwardParams<Traits>& params, typename Traits::SharedStorage& smem,
+                                   typename Traits::Pipeline& pipeline, const BackwardTile& t) {
+  using namespace cute;
+  using Smem = BackwardSmemTensors<Traits>;
+  using BlockM = typename Traits::BlockM;
+  using BlockN = typename Traits::BlockN;
+  using HeadDim = typename Traits::HeadDim;
+  const bool leader = threadIdx.x == 0;  // the pipeline's leader, which also arms the stage barriers
+
+  // A CTA that sees no query writes zeros and loads nothing (it must not exit with loads in flight).
+  if (t.m_blocks.empty()) return;
+  cute::Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);
+  cute::Tensor mV = params.tma_v.get_tma_tensor(params.shape_k);
+  auto key_block = [&](auto& m) {
+    return local_tile(domain_offset(make_coord(t.k_offset, _0{}), m(_, _, t.head_kv, t.batch_coord)),
+                      Shape<BlockN, HeadDim>{}, make_coord(t.n_block, _0{}));
+  };
+  cute::Tensor gK = key_block(mK);
+  cute::Tensor gV = key_block(mV);
+  cute::Tensor sK = Smem::k(smem);
+  cute::Tensor sV = Smem::v(smem);
+  auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+  auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+  if (leader) {
+    smem.kv_full.arrive_and_expect_tx(2 * Traits::kKVBytes);
+    copy(params.tma_k.with(reinterpret_cast<uint64_t&>(smem.kv_full)), tKgK, tKsK);
+    copy(params.tma_v.with(reinterpret_cast<uint64_t&>(smem.kv_full)), tVgV, tVsV);
+  }
+
+  cute::Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);
+  cute::Tensor mdO = params.tma_dout.get_tma_tensor(params.shape_q);
+  cute::Tensor sQ = Smem::q(smem);
+  cute::Tensor sdO = Smem::dout(smem);
+  const BackwardWorkspace& ws = params.workspace;
+  auto state = cutlass::make_producer_start_state<typename Traits::Pipeline>();
+  const int group = group_size(params.problem);
+  for (int g = 0; g < group; ++g) {
+    const int head = t.head_kv * group + g;
+    auto query_blocks = [&](auto& m) {
+      return local_tile(domain_offset(make_coord(t.q_offset, _0{}), m(_, _, head, t.batch_coord)),
+                        Shape<BlockM, HeadDim>{}, make_coord(_, _0{}));  // (M, D, m_blocks)
+    };
+    cute::Tensor gQ = query_blocks(mQ);
+    cute::Tensor gdO = query_blocks(mdO);
+    auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+    auto [tdOgdO, tdOsdO] =
+        tma_partition(params.tma_dout, _0{}, Layout<_1>{}, group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
+    const long long first_row = ws.row_index(head, t.padded_row);
+    for (int m = t.m_blocks.begin; m < t.m_blocks.end; ++m) {
+      pipeline.producer_acquire(state);
+      if (leader) {
+        uint64_t* full = pipeline.producer_get_barrier(state);
+        const int stage = state.index();
+        copy(params.tma_q.with(*full), tQgQ(_, m), tQsQ(_, stage));
+        copy(params.tma_dout.with(*full), tdOgdO(_, m), tdOsdO(_, stage));
+        const long long row = first_row + static_cast<long long>(m) * Traits::kBlockM;
+        SM90_BULK_COPY_G2S::copy(ws.lse_log2 + row, full, smem.lse_log2.data() + stage * Traits::kBlockM,
+                                 Traits::kRowStatBytes);
+        SM90_BULK_COPY_G2S::copy(ws.dpsum + row, full, smem.dpsum.data() + stage * Traits::kBlockM,
+                                 Traits::kRowStatBytes);
+      }
+      ++state;
+    }
+  }
+}
+
+namespace backward_detail {
+
+CUTE_DEVICE void bulk_reduce_add(float* global, const float* shared, int bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               :
+               : "l"(global), "r"(cute::cast_smem_ptr_to_uint(shared)), "r"(bytes)
+               : "memory");
+}
+CUTE_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// The committed bulk operations have finished reading shared memory.
+CUTE_DEVICE void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+// The committed bulk operations have completed, their writes to global memory included.
+CUTE_DEVICE void bulk_wait_complete() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+CUTE_DEVICE int load_acquire(const int32_t* address) {
+  int value;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
+  return value;
+}
+
+}  // namespace backward_detail
+
+// Deterministic mode: query block m of a head receives the key blocks' partial sums in key-block
+// order. Every key block that sees m adds into it exactly once, and these key blocks are
+// consecutive, so block n waits until (n - first key block of m) earlier ones have added. Key
+// blocks of lower index are launched first, so the wait always ends.
+template <class Traits>
+CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typename Traits::SharedStorage& smem,
+                                    const BackwardTile& t) {
+  using namespace backward_detail;
+  constexpr uint32_t kThreads = Traits::kMmaThreads + cutlass::NumThreadsPerWarp;
+  constexpr int kPartialBytes = Traits::kDqPartialFloats * sizeof(float);
+  const BackwardWorkspace& ws = params.workspace;
+  const Problem& p = params.problem;
+  const int group = group_size(p);
+  const int blocks = group * t.m_blocks.size();
+  const bool lane0 = threadIdx.x % cutlass::NumThreadsPerWarp == 0;
+  if (blocks > 0) cutlass::arch::NamedBarrier::arrive(kThreads, barrier_id(BwdBarrier::kDqEmpty));
+  int done = 0;
+  for (int g = 0; g < group; ++g) {
+    const int head = t.head_kv * group + g;
+    const long long first_row = ws.row_index(head, t.padded_row);
+    for (int m = t.m_blocks.begin; m < t.m_blocks.end; ++m) {
+      cutlass::arch::NamedBarrier::sync(kThreads, barrier_id(BwdBarrier::kDqFull));
+      if (lane0) {
+        const long long row = first_row + static_cast<long long>(m) * Traits::kBlockM;
+        float* dq = ws.dq_accum + row * ws.head_dim;
+        int32_t* semaphore = ws.semaphores + row / Traits::kBlockM;
+        if (params.deterministic) {
+          const int order =
+              t.n_block - n_block_range(p.mask, m, Traits::kBlockM, Traits::kBlockN, t.seqlen_q, t.seqlen_k).begin;
+          while (load_acquire(semaphore) != order) __nanosleep(64);
+          asm volatile("fence.proxy.async.global;\n" ::: "memory");
+          // One partial at a time: the order of additions is fixed, so the sum is too.
+          for (int wg = 0; wg < Traits::kMmaWarpgroups; ++wg) {
+            bulk_reduce_add(dq, smem.dq.data() + wg * Traits::kDqPartialFloats, kPartialBytes);
+            bulk_commit();
+            bulk_wait_complete();
+          }
+          __threadfence();
+          atomicAdd(semaphore, 1);
+        } else {
+          for (int wg = 0; wg < Traits::kMmaWarpgroups; ++wg) {
+            bulk_reduce_add(dq, smem.dq.data() + wg * Traits::kDqPartialFloats, kPartialBytes);
+          }
+          bulk_commit();
+          bulk_wait_read();
+        }
+      }
+      __syncwarp();
+      if (++done < blocks) cutlass::arch::NamedBarrier::arrive(kThreads, barrier_id(BwdBarrier::kDqEmpty));
+    }
+  }
+  if (lane0) bulk_wait_complete();
+}
+
+template <class Traits>
+CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Traits::SharedStorage& smem,
+                              typename Traits::Pipeline& pipeline, const BackwardTile& t) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  using Smem = BackwardSmemTensors<Traits>;
+  using BlockM = typename Traits::BlockM;
+  using BlockN = typename Traits::BlockN;
+  using HeadDim = typename Traits::HeadDim;
+  constexpr int kWgThreads = cutlass::NumThreadsPerWarpGroup;
+  const int thread = threadIdx.x - kWgThreads;  // among the MMA threads
+  const int warpgroup = thread / kWgThreads;
+  const int wg_thread = thread % kWgThreads;
+
+  typename Traits::TiledMmaSdP mma_sdp;
+  typename Traits::TiledMmaKV mma_kv;
+  typename Traits::TiledMmaDQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(thread);
+  auto thr_kv = mma_kv.get_thread_slice(thread);
+  auto thr_dq = mma_dq.get_thread_slice(wg_thread);
+
+  cute::Tensor tSrK = thr_sdp.partition_fragment_A(Smem::k(smem));        // (MMA, MMA_N, MMA_K)
+  cute::Tensor tSrQ = thr_sdp.partition_fragment_B(Smem::q(smem));        // (MMA, MMA_M, MMA_K, PIPE)
+  cute::Tensor tdPrV = thr_sdp.partition_fragment_A(Smem::v(smem));
+  cute::Tensor tdPrdO = thr_sdp.partition_fragment_B(Smem::dout(smem));
+  cute::Tensor tdVrdOt = thr_kv.partition_fragment_B(Smem::doutt(smem));  // (MMA, MMA_D, MMA_M, PIPE)
+  cute::Tensor tdKrQt = thr_kv.partition_fragment_B(Smem::qt(smem));
+  // dQ over this warpgroup's keys: its 64 columns of dS (= rows of dS^T) and its 64 rows of K.
+  using WgKeys = typename Traits::WarpgroupKeys;
+  cute::Tensor sdSt = local_tile(Smem::dst(smem), Shape<BlockM, WgKeys>{}, make_coord(_0{}, warpgroup));
+  cute::Tensor sKt = local_tile(Smem::kt(smem), Shape<HeadDim, WgKeys>{}, make_coord(_0{}, warpgroup));
+  cute::Tensor tdQrdS = thr_dq.partition_fragment_A(sdSt);
+  cute::Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);
+  cute::Tensor tdSsdS = thr_sdp.partition_C(Smem::ds(smem));  // where this thread's dS^T entries go
+
+  // (key, query) of every score entry this thread holds, relative to the tile.
+  cute::Tensor cS = thr_sdp.partition_C(make_identity_tensor(Shape<BlockN, BlockM>{}));
+
+  cute::Tensor tdVrdV = partition_fragment_C(mma_kv, Shape<BlockN, HeadDim>{});
+  cute::Tensor tdKrdK = partition_fragment_C(mma_kv, Shape<BlockN, HeadDim>{});
+  clear(tdVrdV);
+  clear(tdKrdK);
+
+  if (!t.m_blocks.empty()) {
+    cute::Tensor tSrS = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});
+    cute::Tensor tdPrdP = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});
+    cute::Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
+    cute::Tensor rP = make_tensor_like<Element>(tSrS);
+    cute::Tensor rdS = make_tensor_like<Element>(tdPrdP);
+    cute::Tensor tdVrP = make_tensor(rP.data(), accumulator_as_a_operand_layout(rP.layout()));
+    cute::Tensor tdKrdS = make_tensor(rdS.data(), accumulator_as_a_operand_layout(rdS.layout()));
+
+    constexpr uint32_t kDqThreads = Traits::kMmaThreads + cutlass::NumThreadsPerWarp;
+    const BandMask mask = params.problem.mask;
+    const float scale_log2 = params.scale_log2;
+    const int first_key = t.n_block * Traits::kBlockN;
+    typename Traits::PipelineState state;
+    smem.kv_full.wait(0);
+    const int group = group_size(params.problem);
+    for (int g = 0; g < group; ++g) {
+      for (int m = t.m_blocks.begin; m < t.m_blocks.end; ++m) {
+        pipeline.consumer_wait(state);
+        const int stage = state.index();
+        issue_warpgroup_gemm</*kZeroInit=*/true>(mma_sdp, tSrK, tSrQ(_, _, _, stage), tSrS);
+        issue_warpgroup_gemm</*kZeroInit=*/true>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), tdPrdP);
+
+        // P^T = exp2(S^T * scale * log2(e) - LSE * log2(e)); padding rows carry LSE = +inf, so P = 0.
+        const float* lse_log2 = smem.lse_log2.data() + stage * Traits::kBlockM;
+        const float* dpsum = smem.dpsum.data() + stage * Traits::kBlockM;
+        const bool masked = t.masked(m);
+        const int first_query = m * Traits::kBlockM;
+        warpgroup_wait<1>();
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrS); ++i) {
+          const int key = get<0>(cS(i));
+          const int query = get<1>(cS(i));
+          float p = exp2f(tSrS(i) * scale_log2 - lse_log2[query]);
+          if (masked && !is_visible(mask, first_query + query, first_key + key, t.seqlen_q, t.seqlen_k)) p = 0.f;
+          tSrS(i) = p;
+        }
+        convert_fragment(tSrS, rP);
+        issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdVrP, tdVrdOt(_, _, _, stage), tdVrdV);
+        warpgroup_wait<1>();  // dP^T
+        // dS^T = P^T * (dP^T - D)
+        CUTE_UNROLL
+        for (int i = 0; i < size(tdPrdP); ++i) tdPrdP(i) = tSrS(i) * (tdPrdP(i) - dpsum[get<1>(cS(i))]);
+        convert_fragment(tdPrdP, rdS);
+        issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdKrdS, tdKrQt(_, _, _, stage), tdKrdK);
+        copy(rdS, tdSsdS);
+        cutlass::arch::fence_view_async_shared();  // the dQ WGMMA reads dS^T through the async proxy
+        cutlass::arch::NamedBarrier::sync(kWgThreads, barrier_id(BwdBarrier::kDsWritten0, warpgroup));
+        warpgroup_wait<0>();  // dV and dK: rP and rdS are free again
+        issue_warpgroup_gemm</*kZeroInit=*/true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
+        warpgroup_wait<0>();
+        pipeline.consumer_release(state);
+        ++state;
+
+        // Hand the partial dQ to the writer warp, in register order (conflict-free, and the
+        // postprocess kernel reads the same order back).
+        cutlass::arch::NamedBarrier::sync(kDqThreads, barrier_id(BwdBarrier::kDqEmpty));
+        float* dq = smem.dq.data() + warpgroup * Traits::kDqPartialFloats;
+        CUTE_UNROLL
+        for (int i = 0; i < size(tdQrdQ); ++i) dq[i * kWgThreads + wg_thread] = tdQrdQ(i);
+        cutlass::arch::fence_view_async_shared();
+        cutlass::arch::NamedBarrier::arrive(kDqThreads, barrier_id(BwdBarrier::kDqFull));
+      }
+    }
+  }
+
+  // Epilogue: dK (times the softmax scale) and dV of the block's real keys, in the input dtype.
+  cute::Tensor cKV = thr_kv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{}));
+  const int head_dim = params.problem.head_dim;
+  const float scale = params.problem.softmax_scale;
+  auto store = [&](const RowTensor& out, auto& acc, float factor) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc); i += 2) {  // (i, i + 1) are neighbouring columns of one row
+      const int key = t.n_block * Traits::kBlockN + get<0>(cKV(i));
+      const int col = get<1>(cKV(i));
+      if (key >= t.seqlen_k || col >= head_dim) continue;
+      Element* row = out.at<Element>(t.batch, static_cast<long long>(t.k_offset) + key, t.head_kv);
+      cutlass::Array<Element, 2> pair;
+      pair[0] = Element(acc(i) * factor);
+      pair[1] = Element(acc(i + 1) * factor);
+      *reinterpret_cast<cutlass::Array<Element, 2>*>(row + col) = pair;
+    }
+  };
+  store(params.dv, tdVrdV, 1.f);
+  store(params.dk, tdKrdK, scale);
+}
+
+}  // namespace hopattn

@@ -1,0 +1,85 @@
+// What the backward kernels receive: TMA descriptors for Q, dO, K and V, the gradients' pointers,
+// the workspace and the problem. Built on the host by make_backward_params (bwd_launch.cuh).
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "api/problem.hpp"
+#include "kernels/bwd/bwd_workspace.hpp"
+#include "kernels/common/block_range.hpp"
+#include "kernels/common/tma_tensors.cuh"
+
+namespace hopattn {
+
+template <class Traits>
+struct BackwardParams {
+  using Element = typename Traits::Element;
+  using GmemTokens = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
+                                                TmaTokensShape{}, TmaTokensStride{}));
+  // Q and dO: (tokens, head_dim, heads, batch) in blocks of kBlockM rows; K and V in blocks of kBlockN.
+  using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTokens{},
+                                            cute::take<0, 2>(typename Traits::SmemLayoutQ{}),
+                                            cute::Shape<typename Traits::BlockM, typename Traits::HeadDim>{},
+                                            cute::_1{}));
+  using TmaK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTokens{}, typename Traits::SmemLayoutK{},
+                                            cute::Shape<typename Traits::BlockN, typename Traits::HeadDim>{},
+                                            cute::_1{}));
+
+  TmaQ tma_q;
+  TmaQ tma_dout;
+  TmaK tma_k;
+  TmaK tma_v;
+  TmaTokensShape shape_q;
+  TmaTokensShape shape_k;
+
+  Problem problem;
+  RowTensor o, dout, lse;  // read by the preprocess kernel
+  RowTensor dq, dk, dv;
+  BackwardWorkspace workspace;
+  float scale_log2;  // softmax_scale * log2(e)
+  bool deterministic;
+};
+
+// The key block a backward CTA owns (blockIdx: key block, KV head, batch) and the query blocks
+// it visits for every query head of its KV head's group.
+struct BackwardTile {
+  int n_block;
+  int head_kv;
+  int batch;
+  int batch_coord;  // batch index of the TMA tensors (0 in varlen mode)
+  int q_offset;     // first token of the sequence along the packed axis (0 in fixed-length mode)
+  int k_offset;
+  int seqlen_q;
+  int seqlen_k;
+  long long padded_row;  // the sequence's first row in the workspace
+  BlockRange m_blocks;   // query blocks with at least one visible (query, key) pair
+  BlockRange unmasked;   // the ones among them where every pair is visible
+  bool partial_keys;     // the block reaches past seqlen_k: every query block needs the mask
+
+  CUTE_DEVICE bool masked(int m_block) const {
+    return partial_keys || m_block < unmasked.begin || m_block >= unmasked.end;
+  }
+};
+
+template <class Traits>
+CUTE_DEVICE BackwardTile make_backward_tile(const BackwardParams<Traits>& params) {
+  const Problem& p = params.problem;
+  const Sequence q = p.queries.sequence(blockIdx.z);
+  const Sequence k = p.keys.sequence(blockIdx.z);
+  BackwardTile t;
+  t.n_block = blockIdx.x;
+  t.head_kv = blockIdx.y;
+  t.batch = blockIdx.z;
+  t.batch_coord = p.varlen() ? 0 : t.batch;
+  t.q_offset = static_cast<int>(q.offset);
+  t.k_offset = static_cast<int>(k.offset);
+  t.seqlen_q = q.length;
+  t.seqlen_k = k.length;
+  t.padded_row = params.workspace.sequence_row(p.queries, t.batch);
+  t.m_blocks = m_block_range(p.mask, t.n_block, Traits::kBlockM, Traits::kBlockN, q.length, k.length);
+  t.unmasked = m_block_range_unmasked(p.mask, t.n_block, Traits::kBlockM, Traits::kBlockN, q.length, k.length);
+  t.partial_keys = (t.n_block + 1) * Traits::kBlockN > k.length;
+  return t;
+}
+
+}  // namespace hopattn

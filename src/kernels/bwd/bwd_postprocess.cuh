@@ -1,0 +1,42 @@
+// The backward's last kernel, one CTA per (query block, head, batch): dQ = softmax_scale * the
+// block's fp32 accumulator, in the input dtype, for the real rows and head dim only. The
+// accumulator holds each row block in the register order of the main kernel's dQ WGMMA (see
+// backward_mma), so this kernel partitions the same tiling to find each value's row and column.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "kernels/bwd/bwd_params.cuh"
+
+namespace hopattn {
+
+template <class Traits>
+__global__ void __launch_bounds__(cutlass::NumThreadsPerWarpGroup) backward_postprocess_kernel(
+    const Problem problem, const RowTensor dq, const BackwardWorkspace ws) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  constexpr int kThreads = cutlass::NumThreadsPerWarpGroup;
+  const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const Sequence seq = problem.queries.sequence(batch);
+  if (m_block * Traits::kBlockM >= seq.length) return;
+  const long long first = ws.row_index(head, ws.sequence_row(problem.queries, batch) + m_block * Traits::kBlockM);
+  const float* accum = ws.dq_accum + first * ws.head_dim;
+
+  typename Traits::TiledMmaDQ mma_dq;
+  cute::Tensor coords = mma_dq.get_thread_slice(threadIdx.x)
+                            .partition_C(make_identity_tensor(Shape<typename Traits::BlockM, typename Traits::HeadDim>{}));
+  const long long batch_index = problem.varlen() ? 0 : batch;
+  const float scale = problem.softmax_scale;
+  CUTE_UNROLL
+  for (int i = 0; i < size(coords); i += 2) {  // (i, i + 1) are neighbouring columns of one row
+    const int row = m_block * Traits::kBlockM + get<0>(coords(i));
+    const int col = get<1>(coords(i));
+    if (row >= seq.length || col >= problem.head_dim) continue;
+    cutlass::Array<Element, 2> pair;
+    pair[0] = Element(accum[i * kThreads + threadIdx.x] * scale);
+    pair[1] = Element(accum[(i + 1) * kThreads + threadIdx.x] * scale);
+    *reinterpret_cast<cutlass::Array<Element, 2>*>(dq.at<Element>(batch_index, seq.offset + row, head) + col) = pair;
+  }
+}
+
+}  // namespace hopattn

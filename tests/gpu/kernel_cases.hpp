@@ -1,0 +1,27 @@
+// The problems the kernel suites (forward and backward) sweep: dtypes x head dims (kernel dims and
+// the ones that run zero-padded on the next kernel dim up) x masks x MHA/GQA/MQA x odd seqlen
+// pairs, plus long, strided, scaled and varlen special cases.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "hopattn/hopattn.hpp"
+#include "testing/attention_case.hpp"
+
+namespace hopattn::testing {
+
+struct NamedCase {
+  std::string name;
+  CaseSpec spec;
+};
+inline void PrintTo(const NamedCase& c, std::ostream* os) { *os << c.name; }
+
+std::vector<NamedCase> sweep_cases();
+std::vector<NamedCase> special_cases();
+
+// Whether this build compiled a kernel that runs head_dim in dtype (see HOPATTN_HEADDIMS/DTYPES).
+bool built_for(DType dtype, int head_dim);
+
+}  // namespace hopattn::testing

@@ -1,0 +1,183 @@
+// The Hopper backward behind backward(): the kernel suites' sweep (dtypes, head dims, masks,
+// GQA/MQA, varlen, odd sizes) against the float64 GPU oracle with FA3's rule and poisoned
+// gradients; bitwise determinism over repeated calls in deterministic mode; CUDA-graph capture.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "api/device.hpp"
+#include "hopattn/hopattn.hpp"
+#include "kernel_cases.hpp"
+#include "testing/attention_case.hpp"
+#include "testing/gpu_oracle.hpp"
+#include "testing/tolerance.hpp"
+
+namespace hopattn::testing {
+namespace {
+
+class BackwardKernel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const Status device = check_current_device();
+    if (!device.ok()) GTEST_SKIP() << "needs an sm_90 GPU: " << device.message();
+  }
+};
+
+// Head dims above this run the reference backward in every build (no kernel yet).
+constexpr int kMaxBackwardKernelHeadDim = 128;
+
+// Whether backward() can run head_dim in dtype in this build: a compiled kernel up to
+// kMaxBackwardKernelHeadDim, the reference above it.
+bool backward_built_for(DType dtype, int head_dim) {
+  if (head_dim > kMaxBackwardKernelHeadDim) return true;
+  const BuildInfo info = build_info();
+  const bool dtype_built = std::find(info.dtypes.begin(), info.dtypes.end(), dtype) != info.dtypes.end();
+  const bool dim_built = std::any_of(info.head_dims.begin(), info.head_dims.end(),
+                                     [&](int d) { return d >= head_dim && d <= kMaxBackwardKernelHeadDim; });
+  return dtype_built && dim_built;
+}
+
+// backward() of forward()'s result on the case's inputs, into the poisoned `grads`.
+Status run_backward(const AttentionCase& c, const Outputs& fwd, const Outputs& grads, bool deterministic,
+                    cudaStream_t stream = nullptr) {
+  BackwardArgs args = c.backward_args(fwd, grads);
+  args.deterministic = deterministic;
+  size_t bytes = 0;
+  if (Status s = backward_workspace_size(args, &bytes); !s.ok()) return s;
+  // Kept for the whole run (a captured graph refers to it) and never freed, so that no CUDA call
+  // runs after the runtime has shut down at exit.
+  static DeviceBuffer* workspace = new DeviceBuffer();
+  if (workspace->bytes() < bytes) *workspace = DeviceBuffer(bytes);
+  // Whatever a previous call left there must not matter: semaphores and accumulators are reset.
+  if (stream == nullptr) workspace->fill_bytes(0x7F);
+  return backward(args, Workspace{workspace->data(), bytes}, stream);
+}
+
+void check_backward(const CaseSpec& spec, bool deterministic) {
+  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no forward kernel for this case in this build";
+  AttentionCase c(spec);
+  const Outputs fwd = c.new_outputs();
+  ASSERT_TRUE(forward(c.forward_args(fwd), nullptr).ok());
+  const Outputs grads = c.new_outputs();
+  const Status s = run_backward(c, fwd, grads, deterministic);
+  if (!backward_built_for(spec.dtype, spec.head_dim)) {
+    EXPECT_EQ(s.code(), StatusCode::kNotSupported) << s.message();
+    EXPECT_NE(s.message().find("HOPATTN_"), std::string::npos) << s.message();
+    return;
+  }
+  ASSERT_TRUE(s.ok()) << s.message();
+  check_cuda(cudaDeviceSynchronize(), "backward");
+  for (const ErrorReport& r : check_with_gpu_oracle(c, fwd, &grads).backward) {
+    std::cout << "    " << r.str() << "\n";
+    EXPECT_TRUE(r.ok) << r.str();
+  }
+}
+
+class BackwardSweep : public BackwardKernel, public ::testing::WithParamInterface<NamedCase> {};
+TEST_P(BackwardSweep, MatchesFloat64Oracle) { check_backward(GetParam().spec, /*deterministic=*/false); }
+TEST_P(BackwardSweep, DeterministicModeMatchesFloat64Oracle) {
+  check_backward(GetParam().spec, /*deterministic=*/true);
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, BackwardSweep, ::testing::ValuesIn(sweep_cases()),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Special, BackwardSweep, ::testing::ValuesIn(special_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// Deterministic mode: 100 calls give bitwise the same dQ, dK, dV (the semaphores that order the
+// dQ additions are reset by every call, so no call inherits a previous one's state).
+class BackwardDeterminism : public BackwardKernel, public ::testing::WithParamInterface<NamedCase> {};
+TEST_P(BackwardDeterminism, HundredCallsBitwiseEqual) {
+  const CaseSpec& spec = GetParam().spec;
+  if (!built_for(spec.dtype, spec.head_dim) || !backward_built_for(spec.dtype, spec.head_dim)) {
+    GTEST_SKIP() << "no kernel for this case in this build";
+  }
+  AttentionCase c(spec);
+  const Outputs fwd = c.new_outputs();
+  ASSERT_TRUE(forward(c.forward_args(fwd), nullptr).ok());
+  const Outputs first = c.new_outputs(), again = c.new_outputs();
+  ASSERT_TRUE(run_backward(c, fwd, first, true).ok());
+  check_cuda(cudaDeviceSynchronize(), "backward");
+  for (int call = 0; call < 100; ++call) {
+    ASSERT_TRUE(run_backward(c, fwd, again, true).ok());
+    check_cuda(cudaDeviceSynchronize(), "backward");
+    for (Field f : {Field::kDq, Field::kDk, Field::kDv}) {
+      const Downloaded a = c.download(first, f), b = c.download(again, f);
+      ASSERT_EQ(0, std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(double)))
+          << "call " << call << " differs in field " << static_cast<int>(f);
+    }
+  }
+}
+std::vector<NamedCase> determinism_cases() {
+  std::vector<NamedCase> all;
+  CaseSpec s;
+  s.head_dim = 128;
+  s.seqlen_q = s.seqlen_k = 700;
+  s.causal = true;
+  s.seed = 71;
+  all.push_back({"d128_causal", s});
+  s.causal = false;
+  s.heads = 8;
+  s.heads_kv = 2;
+  s.head_dim = 64;
+  all.push_back({"d64_gqa", s});
+  s.head_dim = 96;
+  s.dtype = DType::kFloat16;
+  s.varlen_seqlens_q = {0, 300, 517, 1};
+  s.varlen_seqlens_k = {10, 0, 600, 130};
+  all.push_back({"d96_varlen_gqa_fp16", s});
+  s = CaseSpec{};
+  s.head_dim = 256;
+  s.seqlen_q = 200;
+  s.seqlen_k = 333;
+  s.heads_kv = 1;
+  all.push_back({"d256_mqa", s});
+  return all;
+}
+INSTANTIATE_TEST_SUITE_P(Cases, BackwardDeterminism, ::testing::ValuesIn(determinism_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// The backward captured into a CUDA graph on a side stream and replayed gives bitwise the direct
+// deterministic result: nothing in backward() synchronizes, allocates or copies to the host.
+TEST_F(BackwardKernel, CapturedInCudaGraphMatchesDirectCall) {
+  CaseSpec spec;
+  spec.head_dim = 128;
+  spec.causal = true;
+  spec.varlen_seqlens_q = {100, 0, 300};
+  spec.varlen_seqlens_k = {90, 10, 333};
+  spec.seed = 78;
+  if (!built_for(spec.dtype, spec.head_dim) || !backward_built_for(spec.dtype, spec.head_dim)) {
+    GTEST_SKIP() << "no kernel for this case in this build";
+  }
+  AttentionCase c(spec);
+  const Outputs fwd = c.new_outputs(), direct = c.new_outputs(), graphed = c.new_outputs();
+  ASSERT_TRUE(forward(c.forward_args(fwd), nullptr).ok());
+  ASSERT_TRUE(run_backward(c, fwd, direct, true).ok());
+  check_cuda(cudaDeviceSynchronize(), "direct backward");
+
+  cudaStream_t stream;
+  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  cudaGraph_t graph;
+  check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+  const Status s = run_backward(c, fwd, graphed, true, stream);
+  check_cuda(cudaStreamEndCapture(stream, &graph), "end capture");
+  ASSERT_TRUE(s.ok()) << s.message();
+  cudaGraphExec_t exec;
+  check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  for (int i = 0; i < 3; ++i) check_cuda(cudaGraphLaunch(exec, stream), "replay");
+  check_cuda(cudaStreamSynchronize(stream), "replay");
+  for (Field f : {Field::kDq, Field::kDk, Field::kDv}) {
+    const Downloaded a = c.download(direct, f), b = c.download(graphed, f);
+    EXPECT_EQ(0, std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(double)));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace hopattn::testing
