@@ -2,7 +2,7 @@
 """Markdown table of hopattn against its peers from JSON files of one run (hopattn-bench --json and
 bench/peers_sdpa.py --json, docs/benchmarking.md schema), printed to stdout: TFLOP/s per row, the
 ratios hopattn / peer, and per panel the geomean ratios. A thin front end of
-`bench/compare.py report` (which also writes the PNG plots); kept for tools/gpu_forward_check.sh.
+`bench/compare.py report` (which also writes the PNG plots); kept for tools/gpu_kernel_check.sh.
 """
 import argparse
 import sys

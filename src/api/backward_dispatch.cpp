@@ -28,8 +28,15 @@ constexpr BackwardKernelEntry kBackwardKernels[] = {
     {DType::kFloat32, 0, nullptr},  // end marker: a build may compile no backward kernel at all
 };
 
-// Grid dimensions y and z (heads, batch) are limited to 65535.
+// Grid limits: the pre- and postprocess kernels put heads and batch on grid dimensions y and z
+// (at most 65535 each); the main kernel's one-dimensional grid of (key block, KV head, batch)
+// must stay below 2^31 CTAs (key blocks of at least 64 keys).
 constexpr int kMaxGridYZ = 65535;
+bool fits_grid(const Problem& p) {
+  const long long key_blocks = (static_cast<long long>(p.max_seqlen_k) + 63) / 64;
+  return p.heads <= kMaxGridYZ && p.batch <= kMaxGridYZ &&
+         key_blocks * p.heads_kv * p.batch < (1LL << 31);
+}
 
 struct BackwardPlan {
   bool reference = false;                      // the simple kernels at fp32
@@ -39,10 +46,10 @@ struct BackwardPlan {
 BackwardPlan plan_backward(const Problem& p, const BackwardTensors& t) {
   BackwardPlan plan;
   // Without queries or keys there is nothing to stream (and no valid TMA descriptor); broadcast
-  // inputs are not given to TMA; head dims above the kernels' reach: all take the simple kernels.
+  // inputs are not given to TMA; head dims above the kernels' reach and grids past the launch
+  // limits: all take the simple kernels.
   if (p.total_q() == 0 || p.total_k() == 0 || has_broadcast_input(p, t.q, t.k, t.v) ||
-      has_broadcast_input(p, t.dout, t.k, t.v) || p.head_dim > kMaxBackwardKernelHeadDim || p.heads > kMaxGridYZ ||
-      p.batch > kMaxGridYZ) {
+      has_broadcast_input(p, t.dout, t.k, t.v) || p.head_dim > kMaxBackwardKernelHeadDim || !fits_grid(p)) {
     plan.reference = true;
     return plan;
   }

@@ -1,7 +1,8 @@
 // The Hopper forward kernel behind forward(): a sweep of dtypes, head dims (kernel dims and the
 // ones that run zero-padded on the next kernel dim up), masks, GQA/MQA, varlen and odd sizes
-// against the float64 GPU oracle with FA3's rule and poisoned outputs; a problem whose tensors
-// hold more than 2^31 elements; CUDA-graph capture; concurrent calls from several host threads.
+// against the float64 GPU oracle with FA3's rule and poisoned outputs; broadcast K/V; CUDA-graph
+// capture; concurrent calls from several host threads. Tensors past 2^31 elements:
+// test_large_tensors.cpp.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -15,10 +16,8 @@
 
 #include "api/device.hpp"
 #include "hopattn/hopattn.hpp"
-#include "reference/cpu_reference.hpp"
 #include "testing/attention_case.hpp"
 #include "testing/gpu_oracle.hpp"
-#include "testing/random_inputs.hpp"
 #include "testing/tolerance.hpp"
 #include "kernel_cases.hpp"
 
@@ -60,72 +59,6 @@ INSTANTIATE_TEST_SUITE_P(Sweep, ForwardSweep, ::testing::ValuesIn(sweep_cases())
                          [](const auto& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(Special, ForwardSweep, ::testing::ValuesIn(special_cases()),
                          [](const auto& info) { return info.param.name; });
-
-// Q and O hold more than 2^31 elements, so the rows at the end sit past any 32-bit offset. Only
-// a few hundred rows at each end are checked (against the float64 CPU reference on just those
-// rows: without a mask a query row's output depends only on that row and K/V).
-TEST_F(ForwardKernel, TensorsLargerThan2To31Elements) {
-  constexpr int kHeads = 16, kHeadDim = 128, kSeqlenK = 96, kChecked = 256;
-  if (!built_for(DType::kBFloat16, kHeadDim)) GTEST_SKIP() << "no bf16 d128 kernel in this build";
-  const int64_t seqlen_q = (int64_t{1} << 31) / (kHeads * kHeadDim) + 1000;
-  const int64_t row = int64_t{kHeads} * kHeadDim;
-  const int64_t q_elems = seqlen_q * row;
-  ASSERT_GT(q_elems, int64_t{1} << 31);
-
-  auto random_rows = [&](int64_t rows, uint64_t seed) {
-    return random_normal_bits(DType::kBFloat16, static_cast<size_t>(rows * row), seed);
-  };
-  // Q repeats one random block of rows; the checked rows are then known on the host.
-  const std::vector<uint16_t> q_block = random_rows(kChecked, 31), k_bits = random_rows(kSeqlenK, 32),
-                              v_bits = random_rows(kSeqlenK, 33);
-  DeviceBuffer q(q_elems * 2), o(q_elems * 2), k(k_bits.size() * 2), v(v_bits.size() * 2);
-  for (int64_t r = 0; r < seqlen_q; r += kChecked) {
-    const int64_t rows = std::min<int64_t>(kChecked, seqlen_q - r);
-    check_cuda(cudaMemcpy(static_cast<uint16_t*>(q.data()) + r * row, q_block.data(), rows * row * 2,
-                          cudaMemcpyHostToDevice),
-               "upload q");
-  }
-  k.upload(k_bits.data(), k.bytes());
-  v.upload(v_bits.data(), v.bytes());
-  o.fill_bytes(0xFF);
-
-  ForwardArgs args;
-  args.q = make_tensor(q.data(), DType::kBFloat16, {1, seqlen_q, kHeads, kHeadDim});
-  args.k = make_tensor(k.data(), DType::kBFloat16, {1, kSeqlenK, 1, kHeadDim}, {kSeqlenK * row, row, row, 1});
-  args.v = make_tensor(v.data(), DType::kBFloat16, {1, kSeqlenK, 1, kHeadDim}, {kSeqlenK * row, row, row, 1});
-  args.o = make_tensor(o.data(), DType::kBFloat16, {1, seqlen_q, kHeads, kHeadDim});
-  const Status s = forward(args, nullptr);
-  ASSERT_TRUE(s.ok()) << s.message();
-  check_cuda(cudaDeviceSynchronize(), "forward");
-
-  // The checked rows: q_block's rows at each end of the sequence, in the same (repeating) order.
-  const cpu_reference::HostProblem hp = cpu_reference::fixed_length_problem(
-      1, kChecked, kSeqlenK, kHeads, 1, kHeadDim, 1.0 / std::sqrt(double(kHeadDim)), BandMask{});
-  auto to_double = [](const std::vector<uint16_t>& bits, int64_t stride_elems, int64_t used) {
-    std::vector<double> out;
-    for (int64_t r = 0; r < int64_t(bits.size()) / stride_elems; ++r) {
-      for (int64_t e = 0; e < used; ++e) out.push_back(bits_value(DType::kBFloat16, bits[r * stride_elems + e]));
-    }
-    return out;
-  };
-  const std::vector<double> qd = to_double(q_block, row, row);
-  const std::vector<double> kd = to_double(k_bits, row, kHeadDim), vd = to_double(v_bits, row, kHeadDim);
-  const auto exact = cpu_reference::forward(hp, qd, kd, vd);
-  const auto naive = cpu_reference::forward(hp, qd, kd, vd, cpu_reference::Rounding::kBFloat16);
-  const int64_t last_block = (seqlen_q - kChecked) / kChecked * kChecked;  // a whole q_block copy
-  for (int64_t first : {int64_t{0}, last_block}) {
-    std::vector<uint16_t> got_bits(kChecked * row);
-    check_cuda(cudaMemcpy(got_bits.data(), static_cast<uint16_t*>(o.data()) + first * row, got_bits.size() * 2,
-                          cudaMemcpyDeviceToHost),
-               "download o");
-    Downloaded got;
-    got.values = to_double(got_bits, row, row);
-    got.untouched.assign(got.values.size(), false);
-    expect_ok(check_against_reference("o rows from " + std::to_string(first), got, exact.o, naive.o,
-                                      DType::kBFloat16));
-  }
-  EXPECT_GT(last_block * row, int64_t{1} << 31) << "the checked rows must sit past 2^31 elements";
-}
 
 // K and V given once for the whole batch (batch stride 0) read as if each sequence had its copy.
 TEST_F(ForwardKernel, BroadcastKeysAndValuesMatchTheirCopies) {

@@ -49,7 +49,6 @@ struct BackwardKernelTraits {
   using BlockN = cute::Int<kBlockN>;
   using HeadDim = cute::Int<kHeadDim>;
   using Stages = cute::Int<kStages>;
-  using WarpgroupKeys = cute::Int<64>;  // keys per MMA warpgroup
   using MmaWarpgroupsAlongM = cute::Layout<cute::Shape<cute::Int<kMmaWarpgroups>, cute::_1, cute::_1>>;
 
   // S^T = K Q^T and dP^T = V dO^T, (keys, queries): both operands K-major in shared memory. With
@@ -62,12 +61,18 @@ struct BackwardKernelTraits {
       cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, HeadDim, BlockM>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
       MmaWarpgroupsAlongM{}));
-  // One warpgroup's share of dQ = dS K, over its own 64 keys, (queries, head dim): dS^T and K read
-  // transposed (MN-major). The two warpgroups' partial sums meet in global memory.
+  // dQ = dS K, (queries, head dim), dS^T and K read transposed (MN-major). Where the head dim
+  // splits into whole 128-byte swizzle atoms (d = 128) the two warpgroups take half of it each
+  // over all keys: one partial sum per query block. Otherwise each warpgroup multiplies its own
+  // 64 keys over the whole head dim and the two partial sums meet in global memory.
+  static constexpr int kDqPartials = kHeadDim % 128 == 0 ? 1 : kMmaWarpgroups;
+  static constexpr int kDqThreads = kMmaThreads / kDqPartials;  // threads per partial sum
+  using DqKeys = cute::Int<kBlockN / kDqPartials>;
   using TiledMmaDQ = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, HeadDim, WarpgroupKeys>,
+      cute::GMMA::ss_op_selector<Element, Element, float,
+                                 cute::Shape<cute::_64, cute::Int<kHeadDim * kDqPartials / kMmaWarpgroups>, DqKeys>,
                                  cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
-      cute::Layout<cute::Shape<cute::_1, cute::_1, cute::_1>>{}));
+      cute::Layout<cute::Shape<cute::_1, cute::Int<kMmaWarpgroups / kDqPartials>, cute::_1>>{}));
 
   using SmemLayoutQ = decltype(cute::tile_to_shape(widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim>(),
                                                    cute::Shape<BlockM, HeadDim, Stages>{}));  // also dO
@@ -75,9 +80,11 @@ struct BackwardKernelTraits {
   using SmemLayoutK = decltype(cute::tile_to_shape(widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim>(),
                                                    cute::Shape<BlockN, HeadDim>{}));  // also V
   using SmemLayoutKt = TransposedLayout<SmemLayoutK, BlockN, HeadDim>;
+  // dS^T (keys, queries), one buffer per pipeline stage: a warpgroup may write the next block's
+  // dS^T while the other still reads this block's in its dQ GEMM.
   using SmemLayoutDS = decltype(cute::tile_to_shape(widest_swizzle_atom<cute::GMMA::Major::K, Element, kBlockM>(),
-                                                    cute::Shape<BlockN, BlockM>{}));  // dS^T (keys, queries)
-  using SmemLayoutDSt = TransposedLayout<SmemLayoutDS, BlockN, BlockM>;
+                                                    cute::Shape<BlockN, BlockM, Stages>{}));
+  using SmemLayoutDSt = TransposedStagedLayout<SmemLayoutDS, BlockN, BlockM, Stages>;
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
@@ -86,8 +93,17 @@ struct BackwardKernelTraits {
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kRowStatBytes = kBlockM * sizeof(float);
   static constexpr uint32_t kStageBytes = 2 * kQBytes + 2 * kRowStatBytes;  // Q, dO, LSE, D
-  // One warpgroup's partial dQ block, as it travels to dq_accum.
+  // One partial dQ block, as it travels to dq_accum; two staging buffers, so that the writer warp
+  // drains one block's while the next block's is computed.
   static constexpr int kDqPartialFloats = kBlockM * kHeadDim;
+  static constexpr int kDqStagingFloats = kDqPartials * kDqPartialFloats;
+  static constexpr int kDqBuffers = 2;
+  // Where accumulator value i of thread `thread` (among kDqThreads) sits in a partial: groups of
+  // four values per thread, so that each thread moves 16 bytes at a time and a warp's accesses
+  // are contiguous. The main kernel stores and the postprocess reads in this order.
+  CUTE_HOST_DEVICE static constexpr int dq_staging_offset(int i, int thread) {
+    return ((i / 4) * kDqThreads + thread) * 4 + i % 4;
+  }
 
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
@@ -95,7 +111,7 @@ struct BackwardKernelTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> ds;
-    cute::array_aligned<float, kMmaWarpgroups * kDqPartialFloats, 128> dq;
+    cute::array_aligned<float, kDqBuffers * kDqStagingFloats, 128> dq;
     cute::array_aligned<float, kStages * kBlockM, 128> lse_log2;
     cute::array_aligned<float, kStages * kBlockM, 128> dpsum;
     cutlass::arch::ClusterTransactionBarrier kv_full;

@@ -96,13 +96,13 @@ cudaError_t launch_backward_kernels(const Problem& problem, const BackwardTensor
 
   constexpr auto* kMain = &backward_kernel<Traits>;
   if (cudaError_t e = allow_shared_bytes<kMain>(Traits::kSharedBytes); e != cudaSuccess) return e;
-  const dim3 key_blocks((problem.max_seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, problem.heads_kv,
-                        problem.batch);
-  kMain<<<key_blocks, Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
+  const long long ctas = static_cast<long long>(backward_key_blocks(problem, Traits::kBlockN)) * problem.heads_kv *
+                        problem.batch;
+  kMain<<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
 
   if (has_queries) {
-    backward_postprocess_kernel<Traits><<<query_blocks, cutlass::NumThreadsPerWarpGroup, 0, stream>>>(
+    backward_postprocess_kernel<Traits><<<query_blocks, Traits::kDqThreads, 0, stream>>>(
         problem, tensors.dq, params.workspace);
   }
   return cudaGetLastError();

@@ -145,13 +145,19 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
   const int group = group_size(p);
   const int blocks = group * t.m_blocks.size();
   const bool lane0 = threadIdx.x % cutlass::NumThreadsPerWarp == 0;
-  if (blocks > 0) cutlass::arch::NamedBarrier::arrive(kThreads, barrier_id(BwdBarrier::kDqEmpty));
+  // Both staging buffers start empty (only the ones that will be used are announced, so that no
+  // arrival is left pending at exit).
+  for (int buffer = 0; buffer < Traits::kDqBuffers && buffer < blocks; ++buffer) {
+    cutlass::arch::NamedBarrier::arrive(kThreads, barrier_id(BwdBarrier::kDqEmpty0, buffer));
+  }
   int done = 0;
   for (int g = 0; g < group; ++g) {
     const int head = t.head_kv * group + g;
     const long long first_row = ws.row_index(head, t.padded_row);
     for (int m = t.m_blocks.begin; m < t.m_blocks.end; ++m) {
-      cutlass::arch::NamedBarrier::sync(kThreads, barrier_id(BwdBarrier::kDqFull));
+      const int buffer = done % Traits::kDqBuffers;
+      const float* staged = smem.dq.data() + buffer * Traits::kDqStagingFloats;
+      cutlass::arch::NamedBarrier::sync(kThreads, barrier_id(BwdBarrier::kDqFull0, buffer));
       if (lane0) {
         const long long row = first_row + static_cast<long long>(m) * Traits::kBlockM;
         float* dq = ws.dq_accum + row * ws.head_dim;
@@ -162,23 +168,26 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
           while (load_acquire(semaphore) != order) __nanosleep(64);
           asm volatile("fence.proxy.async.global;\n" ::: "memory");
           // One partial at a time: the order of additions is fixed, so the sum is too.
-          for (int wg = 0; wg < Traits::kMmaWarpgroups; ++wg) {
-            bulk_reduce_add(dq, smem.dq.data() + wg * Traits::kDqPartialFloats, kPartialBytes);
+          for (int partial = 0; partial < Traits::kDqPartials; ++partial) {
+            bulk_reduce_add(dq, staged + partial * Traits::kDqPartialFloats, kPartialBytes);
             bulk_commit();
             bulk_wait_complete();
           }
           __threadfence();
           atomicAdd(semaphore, 1);
         } else {
-          for (int wg = 0; wg < Traits::kMmaWarpgroups; ++wg) {
-            bulk_reduce_add(dq, smem.dq.data() + wg * Traits::kDqPartialFloats, kPartialBytes);
+          for (int partial = 0; partial < Traits::kDqPartials; ++partial) {
+            bulk_reduce_add(dq, staged + partial * Traits::kDqPartialFloats, kPartialBytes);
           }
           bulk_commit();
           bulk_wait_read();
         }
       }
       __syncwarp();
-      if (++done < blocks) cutlass::arch::NamedBarrier::arrive(kThreads, barrier_id(BwdBarrier::kDqEmpty));
+      if (done + Traits::kDqBuffers < blocks) {
+        cutlass::arch::NamedBarrier::arrive(kThreads, barrier_id(BwdBarrier::kDqEmpty0, buffer));
+      }
+      ++done;
     }
   }
   if (lane0) bulk_wait_complete();
@@ -196,14 +205,16 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
   constexpr int kWgThreads = cutlass::NumThreadsPerWarpGroup;
   const int thread = threadIdx.x - kWgThreads;  // among the MMA threads
   const int warpgroup = thread / kWgThreads;
-  const int wg_thread = thread % kWgThreads;
 
   typename Traits::TiledMmaSdP mma_sdp;
   typename Traits::TiledMmaKV mma_kv;
   typename Traits::TiledMmaDQ mma_dq;
   auto thr_sdp = mma_sdp.get_thread_slice(thread);
   auto thr_kv = mma_kv.get_thread_slice(thread);
-  auto thr_dq = mma_dq.get_thread_slice(wg_thread);
+  // The dQ partial sum this thread works on, and its index among that partial's threads.
+  const int dq_partial = Traits::kDqPartials == 1 ? 0 : warpgroup;
+  const int dq_thread = thread % Traits::kDqThreads;
+  auto thr_dq = mma_dq.get_thread_slice(dq_thread);
 
   cute::Tensor tSrK = thr_sdp.partition_fragment_A(Smem::k(smem));        // (MMA, MMA_N, MMA_K)
   cute::Tensor tSrQ = thr_sdp.partition_fragment_B(Smem::q(smem));        // (MMA, MMA_M, MMA_K, PIPE)
@@ -211,10 +222,11 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
   cute::Tensor tdPrdO = thr_sdp.partition_fragment_B(Smem::dout(smem));
   cute::Tensor tdVrdOt = thr_kv.partition_fragment_B(Smem::doutt(smem));  // (MMA, MMA_D, MMA_M, PIPE)
   cute::Tensor tdKrQt = thr_kv.partition_fragment_B(Smem::qt(smem));
-  // dQ over this warpgroup's keys: its 64 columns of dS (= rows of dS^T) and its 64 rows of K.
-  using WgKeys = typename Traits::WarpgroupKeys;
-  cute::Tensor sdSt = local_tile(Smem::dst(smem), Shape<BlockM, WgKeys>{}, make_coord(_0{}, warpgroup));
-  cute::Tensor sKt = local_tile(Smem::kt(smem), Shape<HeadDim, WgKeys>{}, make_coord(_0{}, warpgroup));
+  // The keys of this thread's dQ partial: its columns of dS (= rows of dS^T) and rows of K.
+  using DqKeys = typename Traits::DqKeys;
+  cute::Tensor sdSt = local_tile(Smem::dst(smem), Shape<BlockM, DqKeys, typename Traits::Stages>{},
+                                 make_coord(_0{}, dq_partial, _0{}));  // (M, keys, PIPE)
+  cute::Tensor sKt = local_tile(Smem::kt(smem), Shape<HeadDim, DqKeys>{}, make_coord(_0{}, dq_partial));
   cute::Tensor tdQrdS = thr_dq.partition_fragment_A(sdSt);
   cute::Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);
   cute::Tensor tdSsdS = thr_sdp.partition_C(Smem::ds(smem));  // where this thread's dS^T entries go
@@ -236,11 +248,12 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
     cute::Tensor tdVrP = make_tensor(rP.data(), accumulator_as_a_operand_layout(rP.layout()));
     cute::Tensor tdKrdS = make_tensor(rdS.data(), accumulator_as_a_operand_layout(rdS.layout()));
 
-    constexpr uint32_t kDqThreads = Traits::kMmaThreads + cutlass::NumThreadsPerWarp;
+    constexpr uint32_t kDqHandoffThreads = Traits::kMmaThreads + cutlass::NumThreadsPerWarp;
     const BandMask mask = params.problem.mask;
     const float scale_log2 = params.scale_log2;
     const int first_key = t.n_block * Traits::kBlockN;
     typename Traits::PipelineState state;
+    int block = 0;  // query blocks done, over all heads of the group
     smem.kv_full.wait(0);
     const int group = group_size(params.problem);
     for (int g = 0; g < group; ++g) {
@@ -253,16 +266,18 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
         // P^T = exp2(S^T * scale * log2(e) - LSE * log2(e)); padding rows carry LSE = +inf, so P = 0.
         const float* lse_log2 = smem.lse_log2.data() + stage * Traits::kBlockM;
         const float* dpsum = smem.dpsum.data() + stage * Traits::kBlockM;
-        const bool masked = t.masked(m);
-        const int first_query = m * Traits::kBlockM;
         warpgroup_wait<1>();
         CUTE_UNROLL
-        for (int i = 0; i < size(tSrS); ++i) {
-          const int key = get<0>(cS(i));
-          const int query = get<1>(cS(i));
-          float p = exp2f(tSrS(i) * scale_log2 - lse_log2[query]);
-          if (masked && !is_visible(mask, first_query + query, first_key + key, t.seqlen_q, t.seqlen_k)) p = 0.f;
-          tSrS(i) = p;
+        for (int i = 0; i < size(tSrS); ++i) tSrS(i) = exp2f(tSrS(i) * scale_log2 - lse_log2[get<1>(cS(i))]);
+        // Boundary blocks only (a warp-uniform branch): hidden pairs get P = 0, and with it dS = 0.
+        if (t.masked(m)) {
+          const long long first_query = static_cast<long long>(m) * Traits::kBlockM;
+          CUTE_UNROLL
+          for (int i = 0; i < size(tSrS); ++i) {
+            if (!is_visible(mask, first_query + get<1>(cS(i)), first_key + get<0>(cS(i)), t.seqlen_q, t.seqlen_k)) {
+              tSrS(i) = 0.f;
+            }
+          }
         }
         convert_fragment(tSrS, rP);
         issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdVrP, tdVrdOt(_, _, _, stage), tdVrdV);
@@ -272,23 +287,29 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
         for (int i = 0; i < size(tdPrdP); ++i) tdPrdP(i) = tSrS(i) * (tdPrdP(i) - dpsum[get<1>(cS(i))]);
         convert_fragment(tdPrdP, rdS);
         issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdKrdS, tdKrQt(_, _, _, stage), tdKrdK);
-        copy(rdS, tdSsdS);
+        copy(rdS, tdSsdS(_, _, _, stage));
         cutlass::arch::fence_view_async_shared();  // the dQ WGMMA reads dS^T through the async proxy
-        cutlass::arch::NamedBarrier::sync(kWgThreads, barrier_id(BwdBarrier::kDsWritten0, warpgroup));
-        warpgroup_wait<0>();  // dV and dK: rP and rdS are free again
-        issue_warpgroup_gemm</*kZeroInit=*/true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
-        warpgroup_wait<0>();
+        // One barrier for two purposes: every MMA thread has written its dS^T entries, and the
+        // writer warp has read out the dQ staged in this buffer two blocks ago.
+        const int dq_buffer = block % Traits::kDqBuffers;
+        cutlass::arch::NamedBarrier::sync(kDqHandoffThreads, barrier_id(BwdBarrier::kDqEmpty0, dq_buffer));
+        issue_warpgroup_gemm</*kZeroInit=*/true>(mma_dq, tdQrdS(_, _, _, stage), tdQrKt, tdQrdQ);
+        warpgroup_wait<0>();  // dV, dK and dQ
         pipeline.consumer_release(state);
         ++state;
 
-        // Hand the partial dQ to the writer warp, in register order (conflict-free, and the
-        // postprocess kernel reads the same order back).
-        cutlass::arch::NamedBarrier::sync(kDqThreads, barrier_id(BwdBarrier::kDqEmpty));
-        float* dq = smem.dq.data() + warpgroup * Traits::kDqPartialFloats;
+        // Hand the partial dQ to the writer warp in register order: conflict-free stores, and the
+        // postprocess kernel reads the same order back.
+        float* dq = smem.dq.data() + dq_buffer * Traits::kDqStagingFloats + dq_partial * Traits::kDqPartialFloats;
+        static_assert(decltype(size(tdQrdQ))::value % 4 == 0, "dQ values move in groups of four");
         CUTE_UNROLL
-        for (int i = 0; i < size(tdQrdQ); ++i) dq[i * kWgThreads + wg_thread] = tdQrdQ(i);
+        for (int i = 0; i < size(tdQrdQ); i += 4) {
+          *reinterpret_cast<float4*>(dq + Traits::dq_staging_offset(i, dq_thread)) =
+              make_float4(tdQrdQ(i), tdQrdQ(i + 1), tdQrdQ(i + 2), tdQrdQ(i + 3));
+        }
         cutlass::arch::fence_view_async_shared();
-        cutlass::arch::NamedBarrier::arrive(kDqThreads, barrier_id(BwdBarrier::kDqFull));
+        cutlass::arch::NamedBarrier::arrive(kDqHandoffThreads, barrier_id(BwdBarrier::kDqFull0, dq_buffer));
+        ++block;
       }
     }
   }

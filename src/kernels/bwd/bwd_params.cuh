@@ -40,8 +40,8 @@ struct BackwardParams {
   bool deterministic;
 };
 
-// The key block a backward CTA owns (blockIdx: key block, KV head, batch) and the query blocks
-// it visits for every query head of its KV head's group.
+// The key block a backward CTA owns and the query blocks it visits for every query head of its KV
+// head's group.
 struct BackwardTile {
   int n_block;
   int head_kv;
@@ -61,15 +61,33 @@ struct BackwardTile {
   }
 };
 
+// The grid is one-dimensional: (key block, KV head, batch) with the key block fastest when there
+// is no mask, so that the CTAs of one head run together and share its Q and dO in L2; under a mask
+// the key block is slowest, so that the longest CTAs (the first key blocks see the most queries)
+// start first. Either way a key block starts no later than the next one of its head, which the
+// deterministic mode's ordered dQ additions rely on.
+HOPATTN_HOST_DEVICE int backward_key_blocks(const Problem& p, int block_n) {
+  return (p.max_seqlen_k + block_n - 1) / block_n;
+}
+
 template <class Traits>
 CUTE_DEVICE BackwardTile make_backward_tile(const BackwardParams<Traits>& params) {
   const Problem& p = params.problem;
-  const Sequence q = p.queries.sequence(blockIdx.z);
-  const Sequence k = p.keys.sequence(blockIdx.z);
+  const int key_blocks = backward_key_blocks(p, Traits::kBlockN);
   BackwardTile t;
-  t.n_block = blockIdx.x;
-  t.head_kv = blockIdx.y;
-  t.batch = blockIdx.z;
+  int pair;  // head_kv + heads_kv * batch
+  if (p.mask.unbounded()) {
+    t.n_block = blockIdx.x % key_blocks;
+    pair = blockIdx.x / key_blocks;
+  } else {
+    const int pairs = p.heads_kv * p.batch;
+    t.n_block = blockIdx.x / pairs;
+    pair = blockIdx.x % pairs;
+  }
+  t.head_kv = pair % p.heads_kv;
+  t.batch = pair / p.heads_kv;
+  const Sequence q = p.queries.sequence(t.batch);
+  const Sequence k = p.keys.sequence(t.batch);
   t.batch_coord = p.varlen() ? 0 : t.batch;
   t.q_offset = static_cast<int>(q.offset);
   t.k_offset = static_cast<int>(k.offset);

@@ -11,11 +11,10 @@
 namespace hopattn {
 
 template <class Traits>
-__global__ void __launch_bounds__(cutlass::NumThreadsPerWarpGroup) backward_postprocess_kernel(
+__global__ void __launch_bounds__(Traits::kDqThreads) backward_postprocess_kernel(
     const Problem problem, const RowTensor dq, const BackwardWorkspace ws) {
   using namespace cute;
   using Element = typename Traits::Element;
-  constexpr int kThreads = cutlass::NumThreadsPerWarpGroup;
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const Sequence seq = problem.queries.sequence(batch);
   if (m_block * Traits::kBlockM >= seq.length) return;
@@ -28,14 +27,19 @@ __global__ void __launch_bounds__(cutlass::NumThreadsPerWarpGroup) backward_post
   const long long batch_index = problem.varlen() ? 0 : batch;
   const float scale = problem.softmax_scale;
   CUTE_UNROLL
-  for (int i = 0; i < size(coords); i += 2) {  // (i, i + 1) are neighbouring columns of one row
-    const int row = m_block * Traits::kBlockM + get<0>(coords(i));
-    const int col = get<1>(coords(i));
-    if (row >= seq.length || col >= problem.head_dim) continue;
-    cutlass::Array<Element, 2> pair;
-    pair[0] = Element(accum[i * kThreads + threadIdx.x] * scale);
-    pair[1] = Element(accum[(i + 1) * kThreads + threadIdx.x] * scale);
-    *reinterpret_cast<cutlass::Array<Element, 2>*>(dq.at<Element>(batch_index, seq.offset + row, head) + col) = pair;
+  for (int i = 0; i < size(coords); i += 4) {
+    const float4 values = *reinterpret_cast<const float4*>(accum + Traits::dq_staging_offset(i, threadIdx.x));
+    const float v[4] = {values.x, values.y, values.z, values.w};
+    CUTE_UNROLL
+    for (int j = 0; j < 4; j += 2) {  // (i + j, i + j + 1) are neighbouring columns of one row
+      const int row = m_block * Traits::kBlockM + get<0>(coords(i + j));
+      const int col = get<1>(coords(i + j));
+      if (row >= seq.length || col >= problem.head_dim) continue;
+      cutlass::Array<Element, 2> pair;
+      pair[0] = Element(v[j] * scale);
+      pair[1] = Element(v[j + 1] * scale);
+      *reinterpret_cast<cutlass::Array<Element, 2>*>(dq.at<Element>(batch_index, seq.offset + row, head) + col) = pair;
+    }
   }
 }
 

@@ -12,13 +12,11 @@ enum class FwdBarrier : uint32_t {
   kEpilogue0 = 4,       // + consumer warpgroup: its rows of the O staging buffer are complete
 };
 
-// The backward's barriers: the dQ staging buffer between the MMA warpgroups and the dQ writer warp
-// (full: the partial sums are in shared memory; empty: the writer has read them out), and each
-// MMA warpgroup's dS^T tile being complete in shared memory before its dQ GEMM reads it.
+// The backward's barriers around the dQ staging buffers between the MMA warpgroups and the dQ
+// writer warp: full, the partial sums are in shared memory; empty, the writer has read them out.
 enum class BwdBarrier : uint32_t {
-  kDqFull = 0,
-  kDqEmpty = 1,
-  kDsWritten0 = 2,  // + MMA warpgroup
+  kDqFull0 = 0,   // + staging buffer
+  kDqEmpty0 = 2,  // + staging buffer
 };
 
 inline constexpr int kMaxConsumerWarpgroups = 3;
