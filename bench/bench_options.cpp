@@ -4,6 +4,7 @@
 #include <map>
 #include <random>
 #include <stdexcept>
+#include <sstream>
 #include <string>
 
 namespace hopattn::bench {
@@ -13,7 +14,6 @@ namespace {
 constexpr int kSweepTokens = 16384;
 constexpr int kSweepHidden = 2048;
 constexpr int kSweepSeqlens[] = {512, 1024, 2048, 4096, 8192, 16384};
-constexpr int kSweepHeadDims[] = {64, 128, 256};
 
 int to_int(const std::string& flag, const std::string& value) {
   size_t used = 0;
@@ -63,6 +63,7 @@ Usage: hopattn-bench [options]
   --direction D      fwd, bwd or both (default both)
   --sweep            the standard sweep: 16k tokens, hidden 2048, seqlen 512..16k,
                      head dim 64/128/256, causal and not (other shape flags ignored)
+  --sweep-headdims L the sweep's head dims, comma separated (default 64,128,256)
   --warmup N         untimed launches first (default 3)
   --reps N           timed launches; the median is reported (default 20)
   --no-check         skip the comparison with the reference
@@ -84,6 +85,7 @@ BenchOptions parse_options(int argc, char** argv) {
   spec.head_dim = 128;
   int heads_kv = -1;
   bool varlen = false, sweep = false, deterministic = false;
+  std::vector<int> sweep_head_dims = {64, 128, 256};
   uint64_t seed = 0;
 
   std::string flag;
@@ -130,6 +132,11 @@ BenchOptions parse_options(int argc, char** argv) {
          o.run_backward = d != "fwd";
        }},
       {"--sweep", [&] { sweep = true; }},
+      {"--sweep-headdims", [&] {
+         sweep_head_dims.clear();
+         std::stringstream list(text());
+         for (std::string item; std::getline(list, item, ',');) sweep_head_dims.push_back(to_int(flag, item));
+       }},
       {"--warmup", [&] { o.warmup = number(); }},
       {"--reps", [&] { o.repetitions = number(); }},
       {"--no-check", [&] { o.check = false; }},
@@ -164,7 +171,7 @@ BenchOptions parse_options(int argc, char** argv) {
     add(spec);
     return o;
   }
-  for (int head_dim : kSweepHeadDims) {
+  for (int head_dim : sweep_head_dims) {
     for (bool causal : {false, true}) {
       for (int seqlen : kSweepSeqlens) {
         testing::CaseSpec s = spec;

@@ -37,7 +37,8 @@ def problems(a):
     """(batch, seqlen, heads, headdim, causal) of every problem the flags ask for."""
     if not a.sweep:
         return [(a.batch, a.seqlen, a.heads, a.headdim, a.causal)]
-    return [(16384 // s, s, 2048 // d, d, c) for d in SWEEP_HEADDIMS for c in (False, True) for s in SWEEP_SEQLENS]
+    dims = [int(d) for d in a.sweep_headdims.split(",")]
+    return [(16384 // s, s, 2048 // d, d, c) for d in dims for c in (False, True) for s in SWEEP_SEQLENS]
 
 
 def time_problem(a, batch, seqlen, heads, headdim, causal):
@@ -78,6 +79,8 @@ def main():
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--json", default="-")
     parser.add_argument("--sweep", action="store_true", help="the standard sweep (shape flags ignored)")
+    parser.add_argument("--sweep-headdims", default=",".join(map(str, SWEEP_HEADDIMS)),
+                        help="the sweep's head dims, comma separated (default 64,128,256)")
     parser.add_argument("--direction", choices=["fwd", "bwd", "both"], default="both")
     a = parser.parse_args()
 

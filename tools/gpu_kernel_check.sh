@@ -36,18 +36,19 @@ if has sanitize; then
   done
 fi
 if has sweep; then
-  # DIRECTION=bwd sweeps the backward instead (plus hopattn's deterministic mode).
-  dir=${DIRECTION:-fwd}
-  timeout 280 "$build/bench/hopattn-bench" --sweep --direction "$dir" --no-check --json "$out/hopattn_$dir.json" > "$logs/bench.log" 2>&1
+  # DIRECTION=bwd sweeps the backward instead (plus hopattn's deterministic mode);
+  # SWEEP_HEADDIMS=64,128 narrows the head dims.
+  dir=${DIRECTION:-fwd} dims=${SWEEP_HEADDIMS:-64,128,256}
+  timeout 280 "$build/bench/hopattn-bench" --sweep --sweep-headdims "$dims" --direction "$dir" --no-check --json "$out/hopattn_$dir.json" > "$logs/bench.log" 2>&1
   files=("$out/hopattn_$dir.json")
   if [[ $dir == bwd ]]; then
-    timeout 280 "$build/bench/hopattn-bench" --sweep --direction bwd --deterministic --no-check \
+    timeout 280 "$build/bench/hopattn-bench" --sweep --sweep-headdims "$dims" --direction bwd --deterministic --no-check \
       --json "$out/hopattn_bwd_deterministic.json" > "$logs/bench_deterministic.log" 2>&1
     files+=("$out/hopattn_bwd_deterministic.json")
   fi
   timeout 60 "$build/bench/hopattn-bench" --direction "$dir" > "$logs/bench_default_checked.log" 2>&1
   tail -1 "$logs/bench_default_checked.log"
-  timeout 200 python3 bench/peers_sdpa.py --sweep --direction "$dir" --json "$out/peers_$dir.json" > "$logs/peers.log" 2>&1
+  timeout 200 python3 bench/peers_sdpa.py --sweep --sweep-headdims "$dims" --direction "$dir" --json "$out/peers_$dir.json" > "$logs/peers.log" 2>&1
   files+=("$out/peers_$dir.json")
   python3 bench/ratio_table.py "${files[@]}" | tee "$out/ratios.md"
   # The same table with the plots (needs matplotlib; bench/compare.py report).

@@ -61,24 +61,22 @@ struct BackwardKernelTraits {
       cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, HeadDim, BlockM>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
       MmaWarpgroupsAlongM{}));
-  // dQ = dS K, (queries, head dim), dS^T and K read transposed (MN-major). Where the head dim
-  // splits into whole 128-byte swizzle atoms (d = 128) the two warpgroups take half of it each
-  // over all keys: one partial sum per query block. Otherwise each warpgroup multiplies its own
-  // 64 keys over the whole head dim and the two partial sums meet in global memory.
-  static constexpr int kDqPartials = kHeadDim % 128 == 0 ? 1 : kMmaWarpgroups;
-  static constexpr int kDqThreads = kMmaThreads / kDqPartials;  // threads per partial sum
-  using DqKeys = cute::Int<kBlockN / kDqPartials>;
+  // dQ = dS K, (queries, head dim), dS^T and K read transposed (MN-major): the two warpgroups
+  // take half of the head dim each, over all keys, so one partial sum per query block leaves the
+  // CTA. K's swizzle atom is chosen so that half the head dim is whole atoms (see SmemLayoutK).
   using TiledMmaDQ = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<Element, Element, float,
-                                 cute::Shape<cute::_64, cute::Int<kHeadDim * kDqPartials / kMmaWarpgroups>, DqKeys>,
+                                 cute::Shape<cute::_64, cute::Int<kHeadDim / kMmaWarpgroups>, BlockN>,
                                  cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
-      cute::Layout<cute::Shape<cute::_1, cute::Int<kMmaWarpgroups / kDqPartials>, cute::_1>>{}));
+      cute::Layout<cute::Shape<cute::_1, cute::Int<kMmaWarpgroups>, cute::_1>>{}));
 
   using SmemLayoutQ = decltype(cute::tile_to_shape(widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim>(),
                                                    cute::Shape<BlockM, HeadDim, Stages>{}));  // also dO
   using SmemLayoutQt = TransposedStagedLayout<SmemLayoutQ, BlockM, HeadDim, Stages>;
-  using SmemLayoutK = decltype(cute::tile_to_shape(widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim>(),
-                                                   cute::Shape<BlockN, HeadDim>{}));  // also V
+  // K (also V): the dQ GEMM reads K^T split in two along the head dim, each half whole swizzle
+  // atoms: 128-byte swizzle at d128, 64-byte at d64, 32-byte at d96.
+  using SmemLayoutK = decltype(cute::tile_to_shape(
+      widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim / kMmaWarpgroups>(), cute::Shape<BlockN, HeadDim>{}));
   using SmemLayoutKt = TransposedLayout<SmemLayoutK, BlockN, HeadDim>;
   // dS^T (keys, queries), one buffer per pipeline stage: a warpgroup may write the next block's
   // dS^T while the other still reads this block's in its dQ GEMM.
@@ -93,16 +91,15 @@ struct BackwardKernelTraits {
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kRowStatBytes = kBlockM * sizeof(float);
   static constexpr uint32_t kStageBytes = 2 * kQBytes + 2 * kRowStatBytes;  // Q, dO, LSE, D
-  // One partial dQ block, as it travels to dq_accum; two staging buffers, so that the writer warp
-  // drains one block's while the next block's is computed.
-  static constexpr int kDqPartialFloats = kBlockM * kHeadDim;
-  static constexpr int kDqStagingFloats = kDqPartials * kDqPartialFloats;
+  // The dQ of one query block, as it travels to dq_accum; two staging buffers, so that the writer
+  // warp drains one block's while the next block's is computed.
+  static constexpr int kDqFloats = kBlockM * kHeadDim;
   static constexpr int kDqBuffers = 2;
-  // Where accumulator value i of thread `thread` (among kDqThreads) sits in a partial: groups of
-  // four values per thread, so that each thread moves 16 bytes at a time and a warp's accesses
-  // are contiguous. The main kernel stores and the postprocess reads in this order.
+  // Where accumulator value i of MMA thread `thread` sits in a staged block: groups of four values
+  // per thread, so that each thread moves 16 bytes at a time and a warp's accesses are contiguous.
+  // The main kernel stores and the postprocess reads in this order.
   CUTE_HOST_DEVICE static constexpr int dq_staging_offset(int i, int thread) {
-    return ((i / 4) * kDqThreads + thread) * 4 + i % 4;
+    return ((i / 4) * kMmaThreads + thread) * 4 + i % 4;
   }
 
   struct SharedStorage {
@@ -111,7 +108,7 @@ struct BackwardKernelTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> ds;
-    cute::array_aligned<float, kDqBuffers * kDqStagingFloats, 128> dq;
+    cute::array_aligned<float, kDqBuffers * kDqFloats, 128> dq;
     cute::array_aligned<float, kStages * kBlockM, 128> lse_log2;
     cute::array_aligned<float, kStages * kBlockM, 128> dpsum;
     cutlass::arch::ClusterTransactionBarrier kv_full;

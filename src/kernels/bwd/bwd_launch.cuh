@@ -102,7 +102,7 @@ cudaError_t launch_backward_kernels(const Problem& problem, const BackwardTensor
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
 
   if (has_queries) {
-    backward_postprocess_kernel<Traits><<<query_blocks, Traits::kDqThreads, 0, stream>>>(
+    backward_postprocess_kernel<Traits><<<query_blocks, Traits::kMmaThreads, 0, stream>>>(
         problem, tensors.dq, params.workspace);
   }
   return cudaGetLastError();

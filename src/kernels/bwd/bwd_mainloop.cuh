@@ -139,7 +139,7 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
                                     const BackwardTile& t) {
   using namespace backward_detail;
   constexpr uint32_t kThreads = Traits::kMmaThreads + cutlass::NumThreadsPerWarp;
-  constexpr int kPartialBytes = Traits::kDqPartialFloats * sizeof(float);
+  constexpr int kDqBytes = Traits::kDqFloats * sizeof(float);
   const BackwardWorkspace& ws = params.workspace;
   const Problem& p = params.problem;
   const int group = group_size(p);
@@ -156,7 +156,7 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
     const long long first_row = ws.row_index(head, t.padded_row);
     for (int m = t.m_blocks.begin; m < t.m_blocks.end; ++m) {
       const int buffer = done % Traits::kDqBuffers;
-      const float* staged = smem.dq.data() + buffer * Traits::kDqStagingFloats;
+      const float* staged = smem.dq.data() + buffer * Traits::kDqFloats;
       cutlass::arch::NamedBarrier::sync(kThreads, barrier_id(BwdBarrier::kDqFull0, buffer));
       if (lane0) {
         const long long row = first_row + static_cast<long long>(m) * Traits::kBlockM;
@@ -167,18 +167,13 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
               t.n_block - n_block_range(p.mask, m, Traits::kBlockM, Traits::kBlockN, t.seqlen_q, t.seqlen_k).begin;
           while (load_acquire(semaphore) != order) __nanosleep(64);
           asm volatile("fence.proxy.async.global;\n" ::: "memory");
-          // One partial at a time: the order of additions is fixed, so the sum is too.
-          for (int partial = 0; partial < Traits::kDqPartials; ++partial) {
-            bulk_reduce_add(dq, staged + partial * Traits::kDqPartialFloats, kPartialBytes);
-            bulk_commit();
-            bulk_wait_complete();
-          }
+          bulk_reduce_add(dq, staged, kDqBytes);
+          bulk_commit();
+          bulk_wait_complete();
           __threadfence();
           atomicAdd(semaphore, 1);
         } else {
-          for (int partial = 0; partial < Traits::kDqPartials; ++partial) {
-            bulk_reduce_add(dq, staged + partial * Traits::kDqPartialFloats, kPartialBytes);
-          }
+          bulk_reduce_add(dq, staged, kDqBytes);
           bulk_commit();
           bulk_wait_read();
         }
@@ -211,10 +206,7 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
   typename Traits::TiledMmaDQ mma_dq;
   auto thr_sdp = mma_sdp.get_thread_slice(thread);
   auto thr_kv = mma_kv.get_thread_slice(thread);
-  // The dQ partial sum this thread works on, and its index among that partial's threads.
-  const int dq_partial = Traits::kDqPartials == 1 ? 0 : warpgroup;
-  const int dq_thread = thread % Traits::kDqThreads;
-  auto thr_dq = mma_dq.get_thread_slice(dq_thread);
+  auto thr_dq = mma_dq.get_thread_slice(thread);
 
   cute::Tensor tSrK = thr_sdp.partition_fragment_A(Smem::k(smem));        // (MMA, MMA_N, MMA_K)
   cute::Tensor tSrQ = thr_sdp.partition_fragment_B(Smem::q(smem));        // (MMA, MMA_M, MMA_K, PIPE)
@@ -222,13 +214,8 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
   cute::Tensor tdPrdO = thr_sdp.partition_fragment_B(Smem::dout(smem));
   cute::Tensor tdVrdOt = thr_kv.partition_fragment_B(Smem::doutt(smem));  // (MMA, MMA_D, MMA_M, PIPE)
   cute::Tensor tdKrQt = thr_kv.partition_fragment_B(Smem::qt(smem));
-  // The keys of this thread's dQ partial: its columns of dS (= rows of dS^T) and rows of K.
-  using DqKeys = typename Traits::DqKeys;
-  cute::Tensor sdSt = local_tile(Smem::dst(smem), Shape<BlockM, DqKeys, typename Traits::Stages>{},
-                                 make_coord(_0{}, dq_partial, _0{}));  // (M, keys, PIPE)
-  cute::Tensor sKt = local_tile(Smem::kt(smem), Shape<HeadDim, DqKeys>{}, make_coord(_0{}, dq_partial));
-  cute::Tensor tdQrdS = thr_dq.partition_fragment_A(sdSt);
-  cute::Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);
+  cute::Tensor tdQrdS = thr_dq.partition_fragment_A(Smem::dst(smem));  // (MMA, MMA_M, MMA_K, PIPE)
+  cute::Tensor tdQrKt = thr_dq.partition_fragment_B(Smem::kt(smem));
   cute::Tensor tdSsdS = thr_sdp.partition_C(Smem::ds(smem));  // where this thread's dS^T entries go
 
   // (key, query) of every score entry this thread holds, relative to the tile.
@@ -252,6 +239,7 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
     const BandMask mask = params.problem.mask;
     const float scale_log2 = params.scale_log2;
     const int first_key = t.n_block * Traits::kBlockN;
+    const long long shift = static_cast<long long>(t.seqlen_k) - t.seqlen_q;  // bottom-right alignment
     typename Traits::PipelineState state;
     int block = 0;  // query blocks done, over all heads of the group
     smem.kv_full.wait(0);
@@ -270,12 +258,23 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) tSrS(i) = exp2f(tSrS(i) * scale_log2 - lse_log2[get<1>(cS(i))]);
         // Boundary blocks only (a warp-uniform branch): hidden pairs get P = 0, and with it dS = 0.
+        // Key k sees the queries [k - shift - right, k - shift + left] below seqlen_q (none past
+        // seqlen_k): two bounds per key row, then two compares per entry.
         if (t.masked(m)) {
-          const long long first_query = static_cast<long long>(m) * Traits::kBlockM;
+          cute::Tensor p_rows = as_row_col(tSrS);
+          cute::Tensor c_rows = as_row_col(cS);
+          const int first_query = m * Traits::kBlockM;
           CUTE_UNROLL
-          for (int i = 0; i < size(tSrS); ++i) {
-            if (!is_visible(mask, first_query + get<1>(cS(i)), first_key + get<0>(cS(i)), t.seqlen_q, t.seqlen_k)) {
-              tSrS(i) = 0.f;
+          for (int r = 0; r < size<0>(p_rows); ++r) {
+            const long long key = first_key + get<0>(c_rows(r, 0));
+            const int q_lo = mask.right >= 0 ? static_cast<int>(max(key - shift - mask.right, 0LL)) : 0;
+            const int q_hi = key >= t.seqlen_k ? -1
+                             : mask.left >= 0 ? static_cast<int>(min(key - shift + mask.left, t.seqlen_q - 1LL))
+                                              : t.seqlen_q - 1;
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(p_rows); ++c) {
+              const int query = first_query + get<1>(c_rows(r, c));
+              if (query < q_lo || query > q_hi) p_rows(r, c) = 0.f;
             }
           }
         }
@@ -300,11 +299,11 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
 
         // Hand the partial dQ to the writer warp in register order: conflict-free stores, and the
         // postprocess kernel reads the same order back.
-        float* dq = smem.dq.data() + dq_buffer * Traits::kDqStagingFloats + dq_partial * Traits::kDqPartialFloats;
+        float* dq = smem.dq.data() + dq_buffer * Traits::kDqFloats;
         static_assert(decltype(size(tdQrdQ))::value % 4 == 0, "dQ values move in groups of four");
         CUTE_UNROLL
         for (int i = 0; i < size(tdQrdQ); i += 4) {
-          *reinterpret_cast<float4*>(dq + Traits::dq_staging_offset(i, dq_thread)) =
+          *reinterpret_cast<float4*>(dq + Traits::dq_staging_offset(i, thread)) =
               make_float4(tdQrdQ(i), tdQrdQ(i + 1), tdQrdQ(i + 2), tdQrdQ(i + 3));
         }
         cutlass::arch::fence_view_async_shared();

@@ -11,7 +11,7 @@
 namespace hopattn {
 
 template <class Traits>
-__global__ void __launch_bounds__(Traits::kDqThreads) backward_postprocess_kernel(
+__global__ void __launch_bounds__(Traits::kMmaThreads) backward_postprocess_kernel(
     const Problem problem, const RowTensor dq, const BackwardWorkspace ws) {
   using namespace cute;
   using Element = typename Traits::Element;
@@ -26,14 +26,20 @@ __global__ void __launch_bounds__(Traits::kDqThreads) backward_postprocess_kerne
                             .partition_C(make_identity_tensor(Shape<typename Traits::BlockM, typename Traits::HeadDim>{}));
   const long long batch_index = problem.varlen() ? 0 : batch;
   const float scale = problem.softmax_scale;
+  // All loads first (the stores cannot alias them, but the compiler does not know that).
+  constexpr int kGroups = decltype(size(coords))::value / 4;
+  float4 values[kGroups];
   CUTE_UNROLL
-  for (int i = 0; i < size(coords); i += 4) {
-    const float4 values = *reinterpret_cast<const float4*>(accum + Traits::dq_staging_offset(i, threadIdx.x));
-    const float v[4] = {values.x, values.y, values.z, values.w};
+  for (int g = 0; g < kGroups; ++g) {
+    values[g] = *reinterpret_cast<const float4*>(accum + Traits::dq_staging_offset(4 * g, threadIdx.x));
+  }
+  CUTE_UNROLL
+  for (int g = 0; g < kGroups; ++g) {
+    const float v[4] = {values[g].x, values[g].y, values[g].z, values[g].w};
     CUTE_UNROLL
-    for (int j = 0; j < 4; j += 2) {  // (i + j, i + j + 1) are neighbouring columns of one row
-      const int row = m_block * Traits::kBlockM + get<0>(coords(i + j));
-      const int col = get<1>(coords(i + j));
+    for (int j = 0; j < 4; j += 2) {  // (j, j + 1) are neighbouring columns of one row
+      const int row = m_block * Traits::kBlockM + get<0>(coords(4 * g + j));
+      const int col = get<1>(coords(4 * g + j));
       if (row >= seq.length || col >= problem.head_dim) continue;
       cutlass::Array<Element, 2> pair;
       pair[0] = Element(v[j] * scale);
