@@ -19,8 +19,7 @@ struct BackwardKernelEntry {
   BackwardLauncher launch;
 };
 
-// One entry per backward instantiation this build compiled (HOPATTN_HEADDIMS/HOPATTN_DTYPES, head
-// dims up to kMaxBackwardKernelHeadDim).
+// One entry per backward instantiation this build compiled (HOPATTN_HEADDIMS/HOPATTN_DTYPES).
 constexpr BackwardKernelEntry kBackwardKernels[] = {
 #define HOPATTN_KERNEL(dtype, head_dim) {DType::dtype, head_dim, &launch_backward_kernels<DType::dtype, head_dim>},
 #include "kernels/instantiations/backward_kernel_list.inc"
@@ -46,10 +45,9 @@ struct BackwardPlan {
 BackwardPlan plan_backward(const Problem& p, const BackwardTensors& t) {
   BackwardPlan plan;
   // Without queries or keys there is nothing to stream (and no valid TMA descriptor); broadcast
-  // inputs are not given to TMA; head dims above the kernels' reach and grids past the launch
-  // limits: all take the simple kernels.
+  // inputs are not given to TMA; grids past the launch limits: all take the simple kernels.
   if (p.total_q() == 0 || p.total_k() == 0 || has_broadcast_input(p, t.q, t.k, t.v) ||
-      has_broadcast_input(p, t.dout, t.k, t.v) || p.head_dim > kMaxBackwardKernelHeadDim || !fits_grid(p)) {
+      has_broadcast_input(p, t.dout, t.k, t.v) || !fits_grid(p)) {
     plan.reference = true;
     return plan;
   }

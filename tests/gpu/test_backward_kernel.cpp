@@ -28,20 +28,6 @@ class BackwardKernel : public ::testing::Test {
   }
 };
 
-// Head dims above this run the reference backward in every build (no kernel yet).
-constexpr int kMaxBackwardKernelHeadDim = 128;
-
-// Whether backward() can run head_dim in dtype in this build: a compiled kernel up to
-// kMaxBackwardKernelHeadDim, the reference above it.
-bool backward_built_for(DType dtype, int head_dim) {
-  if (head_dim > kMaxBackwardKernelHeadDim) return true;
-  const BuildInfo info = build_info();
-  const bool dtype_built = std::find(info.dtypes.begin(), info.dtypes.end(), dtype) != info.dtypes.end();
-  const bool dim_built = std::any_of(info.head_dims.begin(), info.head_dims.end(),
-                                     [&](int d) { return d >= head_dim && d <= kMaxBackwardKernelHeadDim; });
-  return dtype_built && dim_built;
-}
-
 // backward() of forward()'s result on the case's inputs, into the poisoned `grads`.
 Status run_backward(const AttentionCase& c, const Outputs& fwd, const Outputs& grads, bool deterministic,
                     cudaStream_t stream = nullptr) {
@@ -59,17 +45,20 @@ Status run_backward(const AttentionCase& c, const Outputs& fwd, const Outputs& g
 }
 
 void check_backward(const CaseSpec& spec, bool deterministic) {
-  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no forward kernel for this case in this build";
   AttentionCase c(spec);
-  const Outputs fwd = c.new_outputs();
-  ASSERT_TRUE(forward(c.forward_args(fwd), nullptr).ok());
-  const Outputs grads = c.new_outputs();
-  const Status s = run_backward(c, fwd, grads, deterministic);
-  if (!backward_built_for(spec.dtype, spec.head_dim)) {
-    EXPECT_EQ(s.code(), StatusCode::kNotSupported) << s.message();
-    EXPECT_NE(s.message().find("HOPATTN_"), std::string::npos) << s.message();
+  const Outputs fwd = c.new_outputs(), grads = c.new_outputs();
+  if (!built_for(spec.dtype, spec.head_dim)) {
+    // Validation does not look at the data: the unbuilt kernel is reported before anything runs
+    // (problems without queries or keys take the simple kernels in every build).
+    const Status s = run_backward(c, fwd, grads, deterministic);
+    if (c.host_problem().total_q() > 0 && c.host_problem().total_k() > 0) {
+      EXPECT_EQ(s.code(), StatusCode::kNotSupported) << s.message();
+      EXPECT_NE(s.message().find("HOPATTN_"), std::string::npos) << s.message();
+    }
     return;
   }
+  ASSERT_TRUE(forward(c.forward_args(fwd), nullptr).ok());
+  const Status s = run_backward(c, fwd, grads, deterministic);
   ASSERT_TRUE(s.ok()) << s.message();
   check_cuda(cudaDeviceSynchronize(), "backward");
   for (const ErrorReport& r : check_with_gpu_oracle(c, fwd, &grads).backward) {
@@ -93,9 +82,7 @@ INSTANTIATE_TEST_SUITE_P(Special, BackwardSweep, ::testing::ValuesIn(special_cas
 class BackwardDeterminism : public BackwardKernel, public ::testing::WithParamInterface<NamedCase> {};
 TEST_P(BackwardDeterminism, HundredCallsBitwiseEqual) {
   const CaseSpec& spec = GetParam().spec;
-  if (!built_for(spec.dtype, spec.head_dim) || !backward_built_for(spec.dtype, spec.head_dim)) {
-    GTEST_SKIP() << "no kernel for this case in this build";
-  }
+  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
   AttentionCase c(spec);
   const Outputs fwd = c.new_outputs();
   ASSERT_TRUE(forward(c.forward_args(fwd), nullptr).ok());
@@ -150,9 +137,7 @@ TEST_F(BackwardKernel, CapturedInCudaGraphMatchesDirectCall) {
   spec.varlen_seqlens_q = {100, 0, 300};
   spec.varlen_seqlens_k = {90, 10, 333};
   spec.seed = 78;
-  if (!built_for(spec.dtype, spec.head_dim) || !backward_built_for(spec.dtype, spec.head_dim)) {
-    GTEST_SKIP() << "no kernel for this case in this build";
-  }
+  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
   AttentionCase c(spec);
   const Outputs fwd = c.new_outputs(), direct = c.new_outputs(), graphed = c.new_outputs();
   ASSERT_TRUE(forward(c.forward_args(fwd), nullptr).ok());

@@ -17,9 +17,6 @@ inline size_t backward_kernel_workspace_bytes(const Problem& problem, int kernel
   return BackwardWorkspace::bytes_for(problem, kernel_head_dim);
 }
 
-// The largest head dim the backward kernels cover so far; above it backward() runs the reference.
-inline constexpr int kMaxBackwardKernelHeadDim = 128;
-
 // Preprocess, main and postprocess kernels on `stream`; `workspace` holds at least
 // backward_kernel_workspace_bytes(problem, kHeadDim) bytes.
 template <DType kDType, int kHeadDim>

@@ -33,14 +33,19 @@ struct BackwardKernelTraits {
   static constexpr int kBlockN = Config::kBlockN;
   static constexpr int kStages = Config::kStages;
 
-  static constexpr int kMmaWarpgroups = kBlockN / 64;
+  static constexpr int kMmaWarpgroups = 2;
+  // Whether both warpgroups compute the same S^T / dP^T (64 keys per CTA) and split the head dim
+  // of dK and dV, rather than owning 64 keys each.
+  static constexpr bool kReplicatedScores = kBlockN == 64;
+  static constexpr int kScoreWarpgroups = kBlockN / 64;                      // along the keys
+  static constexpr int kHeadDimSplits = kMmaWarpgroups / kScoreWarpgroups;  // of dK and dV
   static constexpr int kMmaThreads = kMmaWarpgroups * cutlass::NumThreadsPerWarpGroup;
   static constexpr int kThreads = kMmaThreads + cutlass::NumThreadsPerWarpGroup;  // + producer group
   // The producer group holds the TMA warp and the dQ writer warp; the MMA warpgroups hold the
   // dK and dV accumulators for the whole CTA lifetime and need the registers.
   static constexpr int kProducerRegisters = 24;
   static constexpr int kMmaRegisters = 240;
-  static_assert(kBlockN == 128, "two MMA warpgroups of 64 keys each");
+  static_assert(kBlockN == 64 || kBlockN == 128, "64 keys per CTA (shared scores) or per MMA warpgroup");
   static_assert(kProducerRegisters + kMmaWarpgroups * kMmaRegisters <= 65536 / cutlass::NumThreadsPerWarpGroup,
                 "register budget exceeds the register file");
   static_assert(kHeadDim % 32 == 0, "kernel head dims are multiples of 32");
@@ -49,18 +54,18 @@ struct BackwardKernelTraits {
   using BlockN = cute::Int<kBlockN>;
   using HeadDim = cute::Int<kHeadDim>;
   using Stages = cute::Int<kStages>;
-  using MmaWarpgroupsAlongM = cute::Layout<cute::Shape<cute::Int<kMmaWarpgroups>, cute::_1, cute::_1>>;
 
   // S^T = K Q^T and dP^T = V dO^T, (keys, queries): both operands K-major in shared memory. With
   // keys as the rows, P^T and dS^T come out in the registers that feed dV and dK as A operands.
   using TiledMmaSdP = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, BlockM, HeadDim>>(),
-      MmaWarpgroupsAlongM{}));
+      cute::Layout<cute::Shape<cute::Int<kScoreWarpgroups>, cute::_1, cute::_1>>{}));
   // dV += P^T dO and dK += dS^T Q, (keys, head dim): A from registers, dO^T and Q^T MN-major.
   using TiledMmaKV = decltype(cute::make_tiled_mma(
-      cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, HeadDim, BlockM>,
+      cute::GMMA::rs_op_selector<Element, Element, float,
+                                 cute::Shape<cute::_64, cute::Int<kHeadDim / kHeadDimSplits>, BlockM>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
-      MmaWarpgroupsAlongM{}));
+      cute::Layout<cute::Shape<cute::Int<kScoreWarpgroups>, cute::Int<kHeadDimSplits>, cute::_1>>{}));
   // dQ = dS K, (queries, head dim), dS^T and K read transposed (MN-major): the two warpgroups
   // take half of the head dim each, over all keys, so one partial sum per query block leaves the
   // CTA. K's swizzle atom is chosen so that half the head dim is whole atoms (see SmemLayoutK).
@@ -70,11 +75,13 @@ struct BackwardKernelTraits {
                                  cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
       cute::Layout<cute::Shape<cute::_1, cute::Int<kMmaWarpgroups>, cute::_1>>{}));
 
-  using SmemLayoutQ = decltype(cute::tile_to_shape(widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim>(),
-                                                   cute::Shape<BlockM, HeadDim, Stages>{}));  // also dO
+  // Q (also dO); where dK/dV split the head dim, each half of Q^T / dO^T must be whole atoms.
+  using SmemLayoutQ = decltype(cute::tile_to_shape(
+      widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim / kHeadDimSplits>(),
+      cute::Shape<BlockM, HeadDim, Stages>{}));
   using SmemLayoutQt = TransposedStagedLayout<SmemLayoutQ, BlockM, HeadDim, Stages>;
   // K (also V): the dQ GEMM reads K^T split in two along the head dim, each half whole swizzle
-  // atoms: 128-byte swizzle at d128, 64-byte at d64, 32-byte at d96.
+  // atoms: 128-byte swizzle at d128/d256, 64-byte at d64/d192, 32-byte at d96.
   using SmemLayoutK = decltype(cute::tile_to_shape(
       widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim / kMmaWarpgroups>(), cute::Shape<BlockN, HeadDim>{}));
   using SmemLayoutKt = TransposedLayout<SmemLayoutK, BlockN, HeadDim>;
@@ -91,10 +98,10 @@ struct BackwardKernelTraits {
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kRowStatBytes = kBlockM * sizeof(float);
   static constexpr uint32_t kStageBytes = 2 * kQBytes + 2 * kRowStatBytes;  // Q, dO, LSE, D
-  // The dQ of one query block, as it travels to dq_accum; two staging buffers, so that the writer
-  // warp drains one block's while the next block's is computed.
+  // The dQ of one query block, as it travels to dq_accum; with two staging buffers the writer warp
+  // drains one block's while the next block's is computed.
   static constexpr int kDqFloats = kBlockM * kHeadDim;
-  static constexpr int kDqBuffers = 2;
+  static constexpr int kDqBuffers = Config::kDqBuffers;
   // Where accumulator value i of MMA thread `thread` sits in a staged block: groups of four values
   // per thread, so that each thread moves 16 bytes at a time and a warp's accesses are contiguous.
   // The main kernel stores and the postprocess reads in this order.

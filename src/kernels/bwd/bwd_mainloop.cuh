@@ -204,7 +204,8 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
   typename Traits::TiledMmaSdP mma_sdp;
   typename Traits::TiledMmaKV mma_kv;
   typename Traits::TiledMmaDQ mma_dq;
-  auto thr_sdp = mma_sdp.get_thread_slice(thread);
+  // With replicated scores each warpgroup computes the whole S^T / dP^T tile.
+  auto thr_sdp = mma_sdp.get_thread_slice(Traits::kReplicatedScores ? thread % kWgThreads : thread);
   auto thr_kv = mma_kv.get_thread_slice(thread);
   auto thr_dq = mma_dq.get_thread_slice(thread);
 
@@ -286,7 +287,7 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
         for (int i = 0; i < size(tdPrdP); ++i) tdPrdP(i) = tSrS(i) * (tdPrdP(i) - dpsum[get<1>(cS(i))]);
         convert_fragment(tdPrdP, rdS);
         issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdKrdS, tdKrQt(_, _, _, stage), tdKrdK);
-        copy(rdS, tdSsdS(_, _, _, stage));
+        if (!Traits::kReplicatedScores || warpgroup == 0) copy(rdS, tdSsdS(_, _, _, stage));
         cutlass::arch::fence_view_async_shared();  // the dQ WGMMA reads dS^T through the async proxy
         // One barrier for two purposes: every MMA thread has written its dS^T entries, and the
         // writer warp has read out the dQ staged in this buffer two blocks ago.
