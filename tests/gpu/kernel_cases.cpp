@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <iterator>
 
+#include "testing/device_buffer.hpp"
+
 namespace hopattn::testing {
 namespace {
 
@@ -140,6 +142,25 @@ bool built_for(DType dtype, int head_dim) {
   const bool dim_built =
       std::any_of(info.head_dims.begin(), info.head_dims.end(), [&](int d) { return d >= head_dim; });
   return dtype_built && dim_built;
+}
+
+Status capture_and_replay(const std::function<Status(cudaStream_t)>& call, int replays) {
+  cudaStream_t stream;
+  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  cudaGraph_t graph;
+  check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+  const Status s = call(stream);
+  check_cuda(cudaStreamEndCapture(stream, &graph), "end capture");
+  if (s.ok()) {
+    cudaGraphExec_t exec;
+    check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    for (int i = 0; i < replays; ++i) check_cuda(cudaGraphLaunch(exec, stream), "replay");
+    check_cuda(cudaStreamSynchronize(stream), "replay");
+    cudaGraphExecDestroy(exec);
+  }
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  return s;
 }
 
 }  // namespace hopattn::testing

@@ -3,9 +3,12 @@
 // pairs, plus long, strided, scaled and varlen special cases.
 #pragma once
 
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
+
+#include <cuda_runtime.h>
 
 #include "hopattn/hopattn.hpp"
 #include "testing/attention_case.hpp"
@@ -20,6 +23,10 @@ inline void PrintTo(const NamedCase& c, std::ostream* os) { *os << c.name; }
 
 std::vector<NamedCase> sweep_cases();
 std::vector<NamedCase> special_cases();
+
+// Captures `call` (given the stream) into a CUDA graph on a side stream, replays it `replays` times
+// and waits; returns the status `call` returned during the capture.
+Status capture_and_replay(const std::function<Status(cudaStream_t)>& call, int replays);
 
 // Whether this build compiled a kernel that runs head_dim in dtype (see HOPATTN_HEADDIMS/DTYPES).
 bool built_for(DType dtype, int head_dim);

@@ -144,24 +144,12 @@ TEST_F(BackwardKernel, CapturedInCudaGraphMatchesDirectCall) {
   ASSERT_TRUE(run_backward(c, fwd, direct, true).ok());
   check_cuda(cudaDeviceSynchronize(), "direct backward");
 
-  cudaStream_t stream;
-  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-  cudaGraph_t graph;
-  check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-  const Status s = run_backward(c, fwd, graphed, true, stream);
-  check_cuda(cudaStreamEndCapture(stream, &graph), "end capture");
+  const Status s = capture_and_replay([&](cudaStream_t stream) { return run_backward(c, fwd, graphed, true, stream); }, 3);
   ASSERT_TRUE(s.ok()) << s.message();
-  cudaGraphExec_t exec;
-  check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  for (int i = 0; i < 3; ++i) check_cuda(cudaGraphLaunch(exec, stream), "replay");
-  check_cuda(cudaStreamSynchronize(stream), "replay");
   for (Field f : {Field::kDq, Field::kDk, Field::kDv}) {
     const Downloaded a = c.download(direct, f), b = c.download(graphed, f);
     EXPECT_EQ(0, std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(double)));
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 }  // namespace

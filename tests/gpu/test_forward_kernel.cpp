@@ -108,24 +108,12 @@ TEST_F(ForwardKernel, CapturedInCudaGraphMatchesDirectCall) {
   ASSERT_TRUE(forward(c.forward_args(direct), nullptr).ok());
   check_cuda(cudaDeviceSynchronize(), "direct forward");
 
-  cudaStream_t stream;
-  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-  cudaGraph_t graph;
-  check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-  const Status s = forward(c.forward_args(graphed), stream);
-  check_cuda(cudaStreamEndCapture(stream, &graph), "end capture");
+  const Status s = capture_and_replay([&](cudaStream_t stream) { return forward(c.forward_args(graphed), stream); }, 3);
   ASSERT_TRUE(s.ok()) << s.message();
-  cudaGraphExec_t exec;
-  check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  for (int i = 0; i < 3; ++i) check_cuda(cudaGraphLaunch(exec, stream), "replay");
-  check_cuda(cudaStreamSynchronize(stream), "replay");
   for (Field f : {Field::kO, Field::kLse}) {
     const Downloaded a = c.download(direct, f), b = c.download(graphed, f);
     EXPECT_EQ(0, std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(double)));
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 // Several host threads calling forward() at once on their own streams get the single-threaded

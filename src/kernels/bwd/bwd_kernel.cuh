@@ -7,6 +7,7 @@
 #include <cutlass/arch/reg_reconfig.h>
 
 #include "kernels/bwd/bwd_mainloop.cuh"
+#include "kernels/common/kernel_setup.cuh"
 
 namespace hopattn {
 
@@ -29,12 +30,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID
     cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
     smem.kv_full.init(/*arrive_count=*/1);
   }
-  typename Pipeline::Params pipeline_params;
-  pipeline_params.transaction_bytes = Traits::kStageBytes;
-  pipeline_params.role = warpgroup == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
-  pipeline_params.is_leader = threadIdx.x == 0;
-  pipeline_params.num_consumers = Traits::kMmaThreads;
-  Pipeline pipeline(smem.pipeline, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
+  Pipeline pipeline(smem.pipeline, tma_pipeline_params<Pipeline>(warpgroup, Traits::kStageBytes, Traits::kMmaThreads),
+                    cute::Shape<cute::_1, cute::_1, cute::_1>{});
   __syncthreads();  // barriers initialised before anyone waits on them
 
   if (warpgroup == 0) {

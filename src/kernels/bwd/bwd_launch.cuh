@@ -4,14 +4,13 @@
 
 #include <cute/tensor.hpp>
 
-#include <atomic>
-
 #include "kernels/bwd/backward_kernels.hpp"
 #include "kernels/bwd/bwd_kernel.cuh"
 #include "kernels/bwd/bwd_kernel_traits.cuh"
 #include "kernels/bwd/bwd_postprocess.cuh"
 #include "kernels/bwd/bwd_preprocess.cuh"
 #include "kernels/common/cutlass_element.hpp"
+#include "kernels/common/kernel_setup.cuh"
 #include "kernels/common/tma_tensors.cuh"
 
 namespace hopattn {
@@ -57,22 +56,6 @@ BackwardParams<Traits> make_backward_params(const Problem& p, const BackwardTens
   params.scale_log2 = p.softmax_scale * 1.44269504088896340736f;
   params.deterministic = deterministic;
   return params;
-}
-
-// cudaFuncSetAttribute once per device; setting it is idempotent, so a race only repeats the work.
-template <auto* kKernel>
-cudaError_t allow_shared_bytes(int bytes) {
-  static std::atomic<uint64_t> configured_devices{0};
-  int ordinal = 0;
-  if (cudaError_t e = cudaGetDevice(&ordinal); e != cudaSuccess) return e;
-  const uint64_t bit = ordinal < 64 ? (uint64_t{1} << ordinal) : 0;
-  if (bit != 0 && (configured_devices.load(std::memory_order_acquire) & bit)) return cudaSuccess;
-  if (cudaError_t e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-      e != cudaSuccess) {
-    return e;
-  }
-  configured_devices.fetch_or(bit, std::memory_order_acq_rel);
-  return cudaSuccess;
 }
 
 }  // namespace backward_launch_detail

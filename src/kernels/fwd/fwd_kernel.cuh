@@ -6,6 +6,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/reg_reconfig.h>
 
+#include "kernels/common/kernel_setup.cuh"
 #include "kernels/fwd/fwd_mainloop.cuh"
 
 namespace hopattn {
@@ -26,11 +27,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) forward_kernel(CUTE_GRID_
     smem.q_full.init(/*arrive_count=*/1);
   }
 
-  typename Pipeline::Params pipeline_params;
-  pipeline_params.transaction_bytes = Traits::kKVBytes;
-  pipeline_params.role = warpgroup == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
-  pipeline_params.is_leader = threadIdx.x == 0;
-  pipeline_params.num_consumers = Traits::kConsumerThreads;
+  const auto pipeline_params = tma_pipeline_params<Pipeline>(warpgroup, Traits::kKVBytes, Traits::kConsumerThreads);
   Pipeline pipeline_k(smem.pipeline_k, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
   Pipeline pipeline_v(smem.pipeline_v, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
   __syncthreads();  // barriers initialised before anyone waits on them

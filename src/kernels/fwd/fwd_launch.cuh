@@ -3,10 +3,11 @@
 #pragma once
 
 #include <cute/tensor.hpp>
+
 #include <algorithm>
-#include <atomic>
 
 #include "kernels/common/cutlass_element.hpp"
+#include "kernels/common/kernel_setup.cuh"
 #include "kernels/common/tma_tensors.cuh"
 #include "kernels/fwd/forward_kernels.hpp"
 #include "kernels/fwd/fwd_kernel.cuh"
@@ -81,19 +82,8 @@ cudaError_t launch_forward_kernel(const Problem& problem, const ForwardTensors& 
   const int tiles = params.scheduler.total_tiles();
   if (tiles == 0) return cudaSuccess;
 
-  auto* kernel = &forward_kernel<Traits>;
-  // The attribute is per device; setting it is idempotent, so a race only repeats the work.
-  static std::atomic<uint64_t> configured_devices{0};
-  int ordinal = 0;
-  if (cudaError_t e = cudaGetDevice(&ordinal); e != cudaSuccess) return e;
-  const uint64_t bit = ordinal < 64 ? (uint64_t{1} << ordinal) : 0;
-  if (bit == 0 || !(configured_devices.load(std::memory_order_acquire) & bit)) {
-    if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes);
-        e != cudaSuccess) {
-      return e;
-    }
-    configured_devices.fetch_or(bit, std::memory_order_acq_rel);
-  }
+  constexpr auto* kernel = &forward_kernel<Traits>;
+  if (cudaError_t e = allow_shared_bytes<kernel>(Traits::kSharedBytes); e != cudaSuccess) return e;
   const int grid = std::min(tiles, std::max(device.multiprocessors, 1));
   kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
   return cudaGetLastError();
