@@ -65,7 +65,7 @@ constexpr ReferencePrecision kReferencePrecision = ReferencePrecision::kFloat32;
 size_t backward_workspace_bytes(const Problem& problem, const BackwardTensors& tensors) {
   const BackwardPlan plan = plan_backward(problem, tensors);
   if (plan.reference) return reference_backward_workspace_bytes(problem, kReferencePrecision);
-  return plan.kernel ? backward_kernel_workspace_bytes(problem, plan.kernel->head_dim) : 0;
+  return plan.kernel ? BackwardWorkspace::bytes_for(problem, plan.kernel->head_dim) : 0;
 }
 
 Status run_backward(const Problem& problem, const BackwardTensors& tensors, void* workspace, bool deterministic,

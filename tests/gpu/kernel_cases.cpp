@@ -144,6 +144,21 @@ bool built_for(DType dtype, int head_dim) {
   return dtype_built && dim_built;
 }
 
+Status call_backward(const AttentionCase& c, const Outputs& fwd, const Outputs& grads, bool deterministic,
+                     cudaStream_t stream) {
+  BackwardArgs args = c.backward_args(fwd, grads);
+  args.deterministic = deterministic;
+  size_t bytes = 0;
+  if (Status s = backward_workspace_size(args, &bytes); !s.ok()) return s;
+  // Kept for the whole run (a captured graph refers to it) and never freed, so that no CUDA call
+  // runs after the runtime has shut down at exit.
+  static DeviceBuffer* workspace = new DeviceBuffer();
+  if (workspace->bytes() < bytes) *workspace = DeviceBuffer(bytes);
+  // Whatever a previous call left there must not matter: semaphores and accumulators are reset.
+  if (stream == nullptr && workspace->bytes() > 0) workspace->fill_bytes(0x7F);
+  return backward(args, Workspace{workspace->data(), bytes}, stream);
+}
+
 Status capture_and_replay(const std::function<Status(cudaStream_t)>& call, int replays) {
   cudaStream_t stream;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");

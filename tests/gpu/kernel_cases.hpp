@@ -28,6 +28,12 @@ std::vector<NamedCase> special_cases();
 // and waits; returns the status `call` returned during the capture.
 Status capture_and_replay(const std::function<Status(cudaStream_t)>& call, int replays);
 
+// backward() of the forward that wrote `fwd` (its O and LSE) on the case's inputs, into `grads`,
+// with a workspace sized by backward_workspace_size and poisoned first (when not capturing, i.e.
+// stream == nullptr): nothing a previous call left there may matter.
+Status call_backward(const AttentionCase& c, const Outputs& fwd, const Outputs& grads, bool deterministic,
+                     cudaStream_t stream = nullptr);
+
 // Whether this build compiled a kernel that runs head_dim in dtype (see HOPATTN_HEADDIMS/DTYPES).
 bool built_for(DType dtype, int head_dim);
 

@@ -28,29 +28,13 @@ class BackwardKernel : public ::testing::Test {
   }
 };
 
-// backward() of forward()'s result on the case's inputs, into the poisoned `grads`.
-Status run_backward(const AttentionCase& c, const Outputs& fwd, const Outputs& grads, bool deterministic,
-                    cudaStream_t stream = nullptr) {
-  BackwardArgs args = c.backward_args(fwd, grads);
-  args.deterministic = deterministic;
-  size_t bytes = 0;
-  if (Status s = backward_workspace_size(args, &bytes); !s.ok()) return s;
-  // Kept for the whole run (a captured graph refers to it) and never freed, so that no CUDA call
-  // runs after the runtime has shut down at exit.
-  static DeviceBuffer* workspace = new DeviceBuffer();
-  if (workspace->bytes() < bytes) *workspace = DeviceBuffer(bytes);
-  // Whatever a previous call left there must not matter: semaphores and accumulators are reset.
-  if (stream == nullptr) workspace->fill_bytes(0x7F);
-  return backward(args, Workspace{workspace->data(), bytes}, stream);
-}
-
 void check_backward(const CaseSpec& spec, bool deterministic) {
   AttentionCase c(spec);
   const Outputs fwd = c.new_outputs(), grads = c.new_outputs();
   if (!built_for(spec.dtype, spec.head_dim)) {
     // Validation does not look at the data: the unbuilt kernel is reported before anything runs
     // (problems without queries or keys take the simple kernels in every build).
-    const Status s = run_backward(c, fwd, grads, deterministic);
+    const Status s = call_backward(c, fwd, grads, deterministic);
     if (c.host_problem().total_q() > 0 && c.host_problem().total_k() > 0) {
       EXPECT_EQ(s.code(), StatusCode::kNotSupported) << s.message();
       EXPECT_NE(s.message().find("HOPATTN_"), std::string::npos) << s.message();
@@ -58,7 +42,7 @@ void check_backward(const CaseSpec& spec, bool deterministic) {
     return;
   }
   ASSERT_TRUE(forward(c.forward_args(fwd), nullptr).ok());
-  const Status s = run_backward(c, fwd, grads, deterministic);
+  const Status s = call_backward(c, fwd, grads, deterministic);
   ASSERT_TRUE(s.ok()) << s.message();
   check_cuda(cudaDeviceSynchronize(), "backward");
   for (const ErrorReport& r : check_with_gpu_oracle(c, fwd, &grads).backward) {
@@ -87,10 +71,10 @@ TEST_P(BackwardDeterminism, HundredCallsBitwiseEqual) {
   const Outputs fwd = c.new_outputs();
   ASSERT_TRUE(forward(c.forward_args(fwd), nullptr).ok());
   const Outputs first = c.new_outputs(), again = c.new_outputs();
-  ASSERT_TRUE(run_backward(c, fwd, first, true).ok());
+  ASSERT_TRUE(call_backward(c, fwd, first, true).ok());
   check_cuda(cudaDeviceSynchronize(), "backward");
   for (int call = 0; call < 100; ++call) {
-    ASSERT_TRUE(run_backward(c, fwd, again, true).ok());
+    ASSERT_TRUE(call_backward(c, fwd, again, true).ok());
     check_cuda(cudaDeviceSynchronize(), "backward");
     for (Field f : {Field::kDq, Field::kDk, Field::kDv}) {
       const Downloaded a = c.download(first, f), b = c.download(again, f);
@@ -141,10 +125,10 @@ TEST_F(BackwardKernel, CapturedInCudaGraphMatchesDirectCall) {
   AttentionCase c(spec);
   const Outputs fwd = c.new_outputs(), direct = c.new_outputs(), graphed = c.new_outputs();
   ASSERT_TRUE(forward(c.forward_args(fwd), nullptr).ok());
-  ASSERT_TRUE(run_backward(c, fwd, direct, true).ok());
+  ASSERT_TRUE(call_backward(c, fwd, direct, true).ok());
   check_cuda(cudaDeviceSynchronize(), "direct backward");
 
-  const Status s = capture_and_replay([&](cudaStream_t stream) { return run_backward(c, fwd, graphed, true, stream); }, 3);
+  const Status s = capture_and_replay([&](cudaStream_t stream) { return call_backward(c, fwd, graphed, true, stream); }, 3);
   ASSERT_TRUE(s.ok()) << s.message();
   for (Field f : {Field::kDq, Field::kDk, Field::kDv}) {
     const Downloaded a = c.download(direct, f), b = c.download(graphed, f);

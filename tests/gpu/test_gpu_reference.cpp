@@ -13,6 +13,7 @@
 #include "api/device.hpp"
 #include "hopattn/hopattn.h"
 #include "hopattn/hopattn.hpp"
+#include "kernel_cases.hpp"
 #include "reference/cpu_reference.hpp"
 #include "testing/attention_case.hpp"
 #include "testing/gpu_oracle.hpp"
@@ -45,12 +46,7 @@ void run_forward(const AttentionCase& c, const Outputs& out) {
 }
 
 void run_backward(const AttentionCase& c, const Outputs& fwd, const Outputs& grads, bool deterministic = false) {
-  BackwardArgs args = c.backward_args(fwd, grads);
-  args.deterministic = deterministic;
-  size_t bytes = 0;
-  ASSERT_TRUE(backward_workspace_size(args, &bytes).ok());
-  DeviceBuffer workspace(bytes);
-  const Status s = backward(args, Workspace{workspace.data(), bytes}, nullptr);
+  const Status s = call_backward(c, fwd, grads, deterministic);
   ASSERT_TRUE(s.ok()) << s.message();
   sync();
 }

@@ -12,13 +12,8 @@
 
 namespace hopattn {
 
-// Workspace bytes the kernels of head dim kernel_head_dim need for this problem.
-inline size_t backward_kernel_workspace_bytes(const Problem& problem, int kernel_head_dim) {
-  return BackwardWorkspace::bytes_for(problem, kernel_head_dim);
-}
-
 // Preprocess, main and postprocess kernels on `stream`; `workspace` holds at least
-// backward_kernel_workspace_bytes(problem, kHeadDim) bytes.
+// BackwardWorkspace::bytes_for(problem, kHeadDim) bytes.
 template <DType kDType, int kHeadDim>
 cudaError_t launch_backward_kernels(const Problem& problem, const BackwardTensors& tensors, void* workspace,
                                     bool deterministic, const DeviceLimits& device, cudaStream_t stream);

@@ -102,6 +102,8 @@ struct BackwardKernelTraits {
   // drains one block's while the next block's is computed.
   static constexpr int kDqFloats = kBlockM * kHeadDim;
   static constexpr int kDqBuffers = Config::kDqBuffers;
+  // Threads at the dQ handoff barriers: the MMA warpgroups and the writer warp.
+  static constexpr uint32_t kDqHandoffThreads = kMmaThreads + cutlass::NumThreadsPerWarp;
   // Where accumulator value i of MMA thread `thread` sits in a staged block: groups of four values
   // per thread, so that each thread moves 16 bytes at a time and a warp's accesses are contiguous.
   // The main kernel stores and the postprocess reads in this order.

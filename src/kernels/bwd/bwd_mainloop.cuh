@@ -138,7 +138,6 @@ template <class Traits>
 CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typename Traits::SharedStorage& smem,
                                     const BackwardTile& t) {
   using namespace backward_detail;
-  constexpr uint32_t kThreads = Traits::kMmaThreads + cutlass::NumThreadsPerWarp;
   constexpr int kDqBytes = Traits::kDqFloats * sizeof(float);
   const BackwardWorkspace& ws = params.workspace;
   const Problem& p = params.problem;
@@ -148,7 +147,7 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
   // Both staging buffers start empty (only the ones that will be used are announced, so that no
   // arrival is left pending at exit).
   for (int buffer = 0; buffer < Traits::kDqBuffers && buffer < blocks; ++buffer) {
-    cutlass::arch::NamedBarrier::arrive(kThreads, barrier_id(BwdBarrier::kDqEmpty0, buffer));
+    cutlass::arch::NamedBarrier::arrive(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqEmpty0, buffer));
   }
   int done = 0;
   for (int g = 0; g < group; ++g) {
@@ -157,7 +156,7 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
     for (int m = t.m_blocks.begin; m < t.m_blocks.end; ++m) {
       const int buffer = done % Traits::kDqBuffers;
       const float* staged = smem.dq.data() + buffer * Traits::kDqFloats;
-      cutlass::arch::NamedBarrier::sync(kThreads, barrier_id(BwdBarrier::kDqFull0, buffer));
+      cutlass::arch::NamedBarrier::sync(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqFull0, buffer));
       if (lane0) {
         const long long row = first_row + static_cast<long long>(m) * Traits::kBlockM;
         float* dq = ws.dq_accum + row * ws.head_dim;
@@ -180,7 +179,7 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
       }
       __syncwarp();
       if (done + Traits::kDqBuffers < blocks) {
-        cutlass::arch::NamedBarrier::arrive(kThreads, barrier_id(BwdBarrier::kDqEmpty0, buffer));
+        cutlass::arch::NamedBarrier::arrive(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqEmpty0, buffer));
       }
       ++done;
     }
@@ -236,7 +235,6 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
     cute::Tensor tdVrP = make_tensor(rP.data(), accumulator_as_a_operand_layout(rP.layout()));
     cute::Tensor tdKrdS = make_tensor(rdS.data(), accumulator_as_a_operand_layout(rdS.layout()));
 
-    constexpr uint32_t kDqHandoffThreads = Traits::kMmaThreads + cutlass::NumThreadsPerWarp;
     const BandMask mask = params.problem.mask;
     const float scale_log2 = params.scale_log2;
     const int first_key = t.n_block * Traits::kBlockN;
@@ -292,7 +290,7 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
         // One barrier for two purposes: every MMA thread has written its dS^T entries, and the
         // writer warp has read out the dQ staged in this buffer two blocks ago.
         const int dq_buffer = block % Traits::kDqBuffers;
-        cutlass::arch::NamedBarrier::sync(kDqHandoffThreads, barrier_id(BwdBarrier::kDqEmpty0, dq_buffer));
+        cutlass::arch::NamedBarrier::sync(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqEmpty0, dq_buffer));
         issue_warpgroup_gemm</*kZeroInit=*/true>(mma_dq, tdQrdS(_, _, _, stage), tdQrKt, tdQrdQ);
         warpgroup_wait<0>();  // dV, dK and dQ
         pipeline.consumer_release(state);
@@ -308,7 +306,7 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
               make_float4(tdQrdQ(i), tdQrdQ(i + 1), tdQrdQ(i + 2), tdQrdQ(i + 3));
         }
         cutlass::arch::fence_view_async_shared();
-        cutlass::arch::NamedBarrier::arrive(kDqHandoffThreads, barrier_id(BwdBarrier::kDqFull0, dq_buffer));
+        cutlass::arch::NamedBarrier::arrive(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqFull0, dq_buffer));
         ++block;
       }
     }

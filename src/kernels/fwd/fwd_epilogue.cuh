@@ -29,19 +29,14 @@ CUTE_DEVICE void for_each_output_chunk(const ForwardTile& t, int head_dim, int w
 
 template <class Traits>
 CUTE_DEVICE typename Traits::Element* output_row(const ForwardParams<Traits>& params, const ForwardTile& t, int row) {
-  const RowTensor& o = params.o;
-  const long long token = static_cast<long long>(t.q_offset) + row;
-  return static_cast<typename Traits::Element*>(o.data) + t.batch * o.batch_stride + token * o.row_stride +
-         static_cast<long long>(t.head) * o.head_stride;
+  return params.o.template at<typename Traits::Element>(t.batch, static_cast<long long>(t.q_offset) + row, t.head);
 }
 
 template <class Traits>
 CUTE_DEVICE void store_lse(const ForwardParams<Traits>& params, const ForwardTile& t, int row, float value) {
   const RowTensor& lse = params.lse;
   if (lse.data == nullptr || row >= t.seqlen_q) return;
-  const long long token = static_cast<long long>(t.q_offset) + row;
-  static_cast<float*>(lse.data)[t.batch * lse.batch_stride + token * lse.row_stride +
-                                static_cast<long long>(t.head) * lse.head_stride] = value;
+  *lse.at<float>(t.batch, static_cast<long long>(t.q_offset) + row, t.head) = value;
 }
 
 // A tile whose rows see no key at all: O = 0, LSE = -inf, nothing loaded.
