@@ -12,7 +12,8 @@ importable. Problems: the standard sweep of docs/benchmarking.md (16k tokens, hi
 16k tokens) and varlen rows (16 heads, d128, random lengths in [seqlen/2, 3*seqlen/2] adding up to
 16k tokens, seqlen <= 8k), forward and backward, bf16 and fp16, and deterministic backward rows for
 the implementations that have one (hopattn, FA3, FA4). Forward and backward are timed with autograd
-on (inputs require grad), the backward as torch.autograd.grad of one retained forward output. Before timing, every output
+on (inputs require grad), the backward as torch.autograd.grad of one retained forward output, GPU
+time only (bench/gpu_timing.py). Before timing, every output
 (hopattn's and each peer's) is checked with FA3's rule against a float64 reference on one batch
 element and one KV-head group of the same tensors: error <= 2 * the naive low-precision error +
 atol. A hopattn mismatch is reported and not timed. The JSON follows docs/benchmarking.md.
@@ -36,6 +37,8 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+import gpu_timing  # noqa: E402  (bench/, also when this file is loaded by path)
 
 # Order in which implementations appear in tables and plots; unknown impls follow, sorted.
 IMPL_ORDER = ["hopattn", "fa3", "fa4", "cudnn", "fa2", "efficient"]
@@ -583,31 +586,6 @@ class Checker:
 
 # ---- timing ----
 
-def median_ms(torch, fn, warmup, reps, budget_s):
-    """Median of `reps` CUDA-event timings after `warmup` calls; fewer reps (at least 3) when one
-    call is so slow that `reps` of them would take longer than budget_s."""
-    import statistics
-
-    start_wall = time.perf_counter()
-    for _ in range(max(1, warmup)):
-        fn()
-        torch.cuda.synchronize()
-        if time.perf_counter() - start_wall > budget_s / 2:
-            break
-    times = []
-    start_wall = time.perf_counter()
-    for i in range(reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-        if i >= 2 and time.perf_counter() - start_wall > budget_s:
-            break
-    return statistics.median(times), len(times)
-
-
 def run_problem(torch, p, a, impls, log):
     """Rows of every impl and direction of one problem."""
     t = Tensors(torch, p, seed=a.seed)
@@ -654,7 +632,7 @@ def run_problem(torch, p, a, impls, log):
                 if impl == "hopattn":  # a mismatch is reported and not timed
                     rows.append(p.row(impl, direction, det, None, check=check))
                     continue
-            ms, reps = median_ms(torch, fn, a.warmup, a.reps, a.budget_s)
+            ms, reps = gpu_timing.median_ms(torch, fn, a.warmup, a.reps, a.budget_s)
             rows.append(p.row(impl, direction, det, ms, check=check, reps=reps))
             del out, fn, fwd
     del checker, t

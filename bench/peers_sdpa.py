@@ -5,27 +5,14 @@ the same run on the same GPU. Fixed-length, non-GQA problems only (what SDPA's f
 """
 import argparse
 import json
-import statistics
 import sys
 
 import torch
+
+import gpu_timing  # bench/, beside this script
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "fa2": SDPBackend.FLASH_ATTENTION}
-
-
-def median_ms(fn, warmup, reps):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
 
 
 # The standard sweep of docs/benchmarking.md: 16k tokens, hidden 2048, bf16.
@@ -58,7 +45,7 @@ def time_problem(a, batch, seqlen, heads, headdim, causal):
             for direction, fn, scale in (("fwd", forward, 1.0), ("bwd", backward, 2.5)):
                 if direction not in directions:
                     continue
-                ms = median_ms(fn, a.warmup, a.reps)
+                ms, _ = gpu_timing.median_ms(torch, fn, a.warmup, a.reps)
                 rows.append({"impl": impl, "direction": direction, "dtype": a.dtype, "hdim": headdim,
                              "causal": causal, "window_left": -1, "window_right": -1,
                              "batch": batch, "heads": heads, "heads_kv": heads, "seqlen_q": seqlen,

@@ -24,10 +24,11 @@ if has tests; then
   echo "gpu tests exit $?"; grep -E "^\[  FAILED|^\[  PASSED|tests ran" "$logs/gpu_tests.log" | tail -25
 fi
 if has sanitize; then
-  # Small cases that cover 2 and 3 consumer warpgroups, O staged in Q, GQA, varlen and strides.
+  # Small cases that cover 2 and 3 consumer warpgroups, O staged in Q, GQA, varlen and strides, and
+  # the backward's two layouts (keys split between the warpgroups; d192/d256: head dim split).
   subset='Sweep/*Sweep.*/bf16_d64_113x203*:Sweep/*Sweep.*/bf16_d256_113x203*'
   subset+=':Sweep/*Sweep.*/fp16_d128_257x1000*:Special/*Sweep.*/varlen_causal_gqa'
-  subset+=':Special/*Sweep.*/strided_batch3_gqa'
+  subset+=':Special/*Sweep.*/strided_batch3_gqa:Sweep/*Sweep.*/bf16_d192_113x203*'
   for tool in memcheck racecheck synccheck; do
     timeout 100 compute-sanitizer --tool "$tool" --error-exitcode 3 "$build/tests/hopattn_gpu_tests" \
       --gtest_filter="$subset" > "$logs/sanitizer_$tool.log" 2>&1

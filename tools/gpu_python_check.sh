@@ -4,6 +4,7 @@
 # a CMake build's shared library. Usage: tools/gpu_python_check.sh LIBHOPATTN_SO OUT_DIR
 set -uo pipefail
 export HOPATTN_LIBRARY=$1 HOPATTN_REQUIRE_LIBRARY=1 PYTHONUNBUFFERED=1
+export PYTHONPATH=python${PYTHONPATH:+:$PYTHONPATH}  # the package from the source tree
 out=$2
 mkdir -p "$out"
 timeout 400 python3 -m pytest -rs -p no:cacheprovider tests/python > "$out/pytest.log" 2>&1

@@ -1,6 +1,6 @@
 // The backward main kernel: barrier setup and warp roles. One CTA per (key block, KV head, batch);
 // warpgroup 0 is the producer group (warp 0 issues TMA, warp 1 writes dQ, both give registers
-// back), warpgroups 1 and 2 run the GEMMs for 64 keys each.
+// back), warpgroups 1 and 2 run the GEMMs (see bwd_mainloop.cuh for how they share the tile).
 #pragma once
 
 #include <cute/tensor.hpp>

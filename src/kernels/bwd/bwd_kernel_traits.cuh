@@ -8,6 +8,8 @@
 #include <cutlass/numeric_types.h>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
+#include <type_traits>
+
 #include "kernels/bwd/bwd_tile_config.hpp"
 #include "kernels/bwd/bwd_workspace.hpp"
 #include "kernels/common/swizzle_atoms.cuh"
@@ -34,11 +36,14 @@ struct BackwardKernelTraits {
   static constexpr int kStages = Config::kStages;
 
   static constexpr int kMmaWarpgroups = 2;
-  // Whether both warpgroups compute the same S^T / dP^T (64 keys per CTA) and split the head dim
-  // of dK and dV, rather than owning 64 keys each.
-  static constexpr bool kReplicatedScores = kBlockN == 64;
+  // With 128 keys each warpgroup owns 64 of them. With 64 keys (d192/d256, where 64 keys per
+  // warpgroup leave no registers for dK and dV) the warpgroups split the block's queries for
+  // S^T / dP^T and the head dim for dK / dV; P^T and dS^T then reach the dV / dK GEMMs through
+  // shared memory, since neither warpgroup holds all of a key's scores.
+  static constexpr bool kSplitQueries = kBlockN == 64;
   static constexpr int kScoreWarpgroups = kBlockN / 64;                      // along the keys
   static constexpr int kHeadDimSplits = kMmaWarpgroups / kScoreWarpgroups;  // of dK and dV
+  static constexpr int kQuerySplits = kHeadDimSplits;                        // of S^T and dP^T
   static constexpr int kMmaThreads = kMmaWarpgroups * cutlass::NumThreadsPerWarpGroup;
   static constexpr int kThreads = kMmaThreads + cutlass::NumThreadsPerWarpGroup;  // + producer group
   // The producer group holds the TMA warp and the dQ writer warp; the MMA warpgroups hold the
@@ -56,16 +61,22 @@ struct BackwardKernelTraits {
   using Stages = cute::Int<kStages>;
 
   // S^T = K Q^T and dP^T = V dO^T, (keys, queries): both operands K-major in shared memory. With
-  // keys as the rows, P^T and dS^T come out in the registers that feed dV and dK as A operands.
+  // keys as the rows, P^T and dS^T come out in the layout of the dV and dK GEMMs' A operands.
   using TiledMmaSdP = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, BlockM, HeadDim>>(),
-      cute::Layout<cute::Shape<cute::Int<kScoreWarpgroups>, cute::_1, cute::_1>>{}));
-  // dV += P^T dO and dK += dS^T Q, (keys, head dim): A from registers, dO^T and Q^T MN-major.
+      cute::GMMA::ss_op_selector<Element, Element, float,
+                                 cute::Shape<cute::_64, cute::Int<kBlockM / kQuerySplits>, HeadDim>>(),
+      cute::Layout<cute::Shape<cute::Int<kScoreWarpgroups>, cute::Int<kQuerySplits>, cute::_1>>{}));
+  // dV += P^T dO and dK += dS^T Q, (keys, head dim), dO^T and Q^T MN-major. A comes from the
+  // registers that computed it, or with split queries from P^T / dS^T in shared memory.
+  using MmaKVShape = cute::Shape<cute::_64, cute::Int<kHeadDim / kHeadDimSplits>, BlockM>;
+  using MmaKVAtom = std::conditional_t<
+      kSplitQueries,
+      decltype(cute::GMMA::ss_op_selector<Element, Element, float, MmaKVShape, cute::GMMA::Major::K,
+                                          cute::GMMA::Major::MN>()),
+      decltype(cute::GMMA::rs_op_selector<Element, Element, float, MmaKVShape, cute::GMMA::Major::K,
+                                          cute::GMMA::Major::MN>())>;
   using TiledMmaKV = decltype(cute::make_tiled_mma(
-      cute::GMMA::rs_op_selector<Element, Element, float,
-                                 cute::Shape<cute::_64, cute::Int<kHeadDim / kHeadDimSplits>, BlockM>,
-                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
-      cute::Layout<cute::Shape<cute::Int<kScoreWarpgroups>, cute::Int<kHeadDimSplits>, cute::_1>>{}));
+      MmaKVAtom{}, cute::Layout<cute::Shape<cute::Int<kScoreWarpgroups>, cute::Int<kHeadDimSplits>, cute::_1>>{}));
   // dQ = dS K, (queries, head dim), dS^T and K read transposed (MN-major): the two warpgroups
   // take half of the head dim each, over all keys, so one partial sum per query block leaves the
   // CTA. K's swizzle atom is chosen so that half the head dim is whole atoms (see SmemLayoutK).
@@ -86,7 +97,7 @@ struct BackwardKernelTraits {
       widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim / kMmaWarpgroups>(), cute::Shape<BlockN, HeadDim>{}));
   using SmemLayoutKt = TransposedLayout<SmemLayoutK, BlockN, HeadDim>;
   // dS^T (keys, queries), one buffer per pipeline stage: a warpgroup may write the next block's
-  // dS^T while the other still reads this block's in its dQ GEMM.
+  // dS^T while the other still reads this block's in its dQ GEMM. P^T (split queries only) alike.
   using SmemLayoutDS = decltype(cute::tile_to_shape(widest_swizzle_atom<cute::GMMA::Major::K, Element, kBlockM>(),
                                                     cute::Shape<BlockN, BlockM, Stages>{}));
   using SmemLayoutDSt = TransposedStagedLayout<SmemLayoutDS, BlockN, BlockM, Stages>;
@@ -117,6 +128,8 @@ struct BackwardKernelTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> ds;
+    // A token size where P^T stays in registers.
+    cute::array_aligned<Element, kSplitQueries ? cute::cosize_v<SmemLayoutDS> : 8, kSplitQueries ? 1024 : 16> p;
     cute::array_aligned<float, kDqBuffers * kDqFloats, 128> dq;
     cute::array_aligned<float, kStages * kBlockM, 128> lse_log2;
     cute::array_aligned<float, kStages * kBlockM, 128> dpsum;

@@ -1,9 +1,11 @@
 // The backward main kernel's three roles in one CTA (a block of kBlockN keys of one KV head):
 // - the producer warp loads K and V once, then streams Q, dO and the rows' LSE and D for every
 //   visible query block of every query head of the group through a kStages ring (TMA, mbarriers);
-// - the MMA warpgroups (64 keys each) compute S^T = K Q^T and dP^T = V dO^T, turn them into P^T
-//   and dS^T in registers, accumulate dV += P^T dO and dK += dS^T Q with those registers as the A
-//   operand, and their share of dQ = dS K through dS^T in shared memory;
+// - the MMA warpgroups compute S^T = K Q^T and dP^T = V dO^T, turn them into P^T and dS^T in
+//   registers, accumulate dV += P^T dO and dK += dS^T Q, and their share of dQ = dS K through dS^T
+//   in shared memory. With 128 keys each warpgroup owns 64 keys and P^T / dS^T feed dV / dK from
+//   registers; with 64 keys (d192/d256) the warpgroups split the queries of S^T / dP^T and the
+//   head dim of dK / dV, and P^T / dS^T go through shared memory;
 // - the dQ writer warp adds each block's dQ partial sums into the fp32 accumulator in global memory
 //   with bulk reduce-adds, in key-block order when the call asks for determinism.
 #pragma once
@@ -36,7 +38,14 @@ struct BackwardSmemTensors {
   CUTE_DEVICE static auto v(SharedStorage& s) { return view<typename Traits::SmemLayoutK>(s.v.data()); }
   CUTE_DEVICE static auto ds(SharedStorage& s) { return view<typename Traits::SmemLayoutDS>(s.ds.data()); }
   CUTE_DEVICE static auto dst(SharedStorage& s) { return view<typename Traits::SmemLayoutDSt>(s.ds.data()); }
+  CUTE_DEVICE static auto p(SharedStorage& s) { return view<typename Traits::SmemLayoutDS>(s.p.data()); }
 };
+
+CUTE_DEVICE float opaque_zero() {
+  float zero;
+  asm volatile("mov.b32 %0, 0;\n" : "=f"(zero));
+  return zero;
+}
 
 // The query heads of a KV head's group, in the order every role visits them.
 CUTE_DEVICE int group_size(const Problem& p) { return p.heads / p.heads_kv; }
@@ -198,13 +207,11 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
   using HeadDim = typename Traits::HeadDim;
   constexpr int kWgThreads = cutlass::NumThreadsPerWarpGroup;
   const int thread = threadIdx.x - kWgThreads;  // among the MMA threads
-  const int warpgroup = thread / kWgThreads;
 
   typename Traits::TiledMmaSdP mma_sdp;
   typename Traits::TiledMmaKV mma_kv;
   typename Traits::TiledMmaDQ mma_dq;
-  // With replicated scores each warpgroup computes the whole S^T / dP^T tile.
-  auto thr_sdp = mma_sdp.get_thread_slice(Traits::kReplicatedScores ? thread % kWgThreads : thread);
+  auto thr_sdp = mma_sdp.get_thread_slice(thread);
   auto thr_kv = mma_kv.get_thread_slice(thread);
   auto thr_dq = mma_dq.get_thread_slice(thread);
 
@@ -223,8 +230,12 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
 
   cute::Tensor tdVrdV = partition_fragment_C(mma_kv, Shape<BlockN, HeadDim>{});
   cute::Tensor tdKrdK = partition_fragment_C(mma_kv, Shape<BlockN, HeadDim>{});
-  clear(tdVrdV);
-  clear(tdKrdK);
+  // Zeros the optimizer cannot see as constants: a plain clear() was hoisted above the register
+  // reallocation (setmaxnreg), where the kernel's entry budget of 168 registers could not hold
+  // dK and dV, and ptxas then kept them in local memory and serialized the WGMMAs (d192/d256).
+  const float zero = opaque_zero();
+  fill(tdVrdV, zero);
+  fill(tdKrdK, zero);
 
   if (!t.m_blocks.empty()) {
     cute::Tensor tSrS = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});
@@ -232,13 +243,17 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
     cute::Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
     cute::Tensor rP = make_tensor_like<Element>(tSrS);
     cute::Tensor rdS = make_tensor_like<Element>(tdPrdP);
-    cute::Tensor tdVrP = make_tensor(rP.data(), accumulator_as_a_operand_layout(rP.layout()));
-    cute::Tensor tdKrdS = make_tensor(rdS.data(), accumulator_as_a_operand_layout(rdS.layout()));
 
     const BandMask mask = params.problem.mask;
     const float scale_log2 = params.scale_log2;
     const int first_key = t.n_block * Traits::kBlockN;
     const long long shift = static_cast<long long>(t.seqlen_k) - t.seqlen_q;  // bottom-right alignment
+    // dS^T = P^T * (dP^T - D), to the element type.
+    auto compute_ds = [&](const float* dpsum) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(tdPrdP); ++i) tdPrdP(i) = tSrS(i) * (tdPrdP(i) - dpsum[get<1>(cS(i))]);
+      convert_fragment(tdPrdP, rdS);
+    };
     typename Traits::PipelineState state;
     int block = 0;  // query blocks done, over all heads of the group
     smem.kv_full.wait(0);
@@ -278,19 +293,34 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
           }
         }
         convert_fragment(tSrS, rP);
-        issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdVrP, tdVrdOt(_, _, _, stage), tdVrdV);
-        warpgroup_wait<1>();  // dP^T
-        // dS^T = P^T * (dP^T - D)
-        CUTE_UNROLL
-        for (int i = 0; i < size(tdPrdP); ++i) tdPrdP(i) = tSrS(i) * (tdPrdP(i) - dpsum[get<1>(cS(i))]);
-        convert_fragment(tdPrdP, rdS);
-        issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdKrdS, tdKrQt(_, _, _, stage), tdKrdK);
-        if (!Traits::kReplicatedScores || warpgroup == 0) copy(rdS, tdSsdS(_, _, _, stage));
-        cutlass::arch::fence_view_async_shared();  // the dQ WGMMA reads dS^T through the async proxy
-        // One barrier for two purposes: every MMA thread has written its dS^T entries, and the
-        // writer warp has read out the dQ staged in this buffer two blocks ago.
         const int dq_buffer = block % Traits::kDqBuffers;
-        cutlass::arch::NamedBarrier::sync(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqEmpty0, dq_buffer));
+        if constexpr (Traits::kSplitQueries) {
+          cute::Tensor tPsP = thr_sdp.partition_C(Smem::p(smem));
+          cute::Tensor tdVsP = thr_kv.partition_fragment_A(Smem::p(smem));  // (MMA, MMA_N, MMA_M, PIPE)
+          cute::Tensor tdKsdS = thr_kv.partition_fragment_A(Smem::ds(smem));
+          copy(rP, tPsP(_, _, _, stage));
+          warpgroup_wait<0>();  // dP^T
+          compute_ds(dpsum);
+          copy(rdS, tdSsdS(_, _, _, stage));
+          cutlass::arch::fence_view_async_shared();  // the WGMMAs read P^T and dS^T through the async proxy
+          // Every MMA thread has written its P^T and dS^T entries, and the writer warp has read out
+          // the dQ staged in this buffer earlier.
+          cutlass::arch::NamedBarrier::sync(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqEmpty0, dq_buffer));
+          issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdVsP(_, _, _, stage), tdVrdOt(_, _, _, stage), tdVrdV);
+          issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdKsdS(_, _, _, stage), tdKrQt(_, _, _, stage), tdKrdK);
+        } else {
+          cute::Tensor tdVrP = make_tensor(rP.data(), accumulator_as_a_operand_layout(rP.layout()));
+          cute::Tensor tdKrdS = make_tensor(rdS.data(), accumulator_as_a_operand_layout(rdS.layout()));
+          issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdVrP, tdVrdOt(_, _, _, stage), tdVrdV);
+          warpgroup_wait<1>();  // dP^T
+          compute_ds(dpsum);
+          issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdKrdS, tdKrQt(_, _, _, stage), tdKrdK);
+          copy(rdS, tdSsdS(_, _, _, stage));
+          cutlass::arch::fence_view_async_shared();  // the dQ WGMMA reads dS^T through the async proxy
+          // One barrier for two purposes: every MMA thread has written its dS^T entries, and the
+          // writer warp has read out the dQ staged in this buffer earlier.
+          cutlass::arch::NamedBarrier::sync(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqEmpty0, dq_buffer));
+        }
         issue_warpgroup_gemm</*kZeroInit=*/true>(mma_dq, tdQrdS(_, _, _, stage), tdQrKt, tdQrdQ);
         warpgroup_wait<0>();  // dV, dK and dQ
         pipeline.consumer_release(state);

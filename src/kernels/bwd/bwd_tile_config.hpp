@@ -8,8 +8,8 @@ namespace hopattn {
 // kBlockN: keys per CTA (resident K and V); kStages: depth of the Q/dO ring; kDqBuffers: dQ
 // staging buffers between the MMA warpgroups and the writer warp.
 // Up to d128 each MMA warpgroup owns 64 of 128 keys. Above, 64 keys per warpgroup would leave no
-// registers (dK and dV alone: 2 x 96-128 per thread), so the CTA takes 64 keys, both warpgroups
-// compute the same S^T and dP^T and each accumulates half of the head dim of dK and dV; shared
+// registers (dK and dV alone: 2 x 96-128 per thread), so the CTA takes 64 keys, the warpgroups
+// split the queries of S^T and dP^T and each accumulates half of the head dim of dK and dV; shared
 // memory then allows fewer stages and one dQ buffer.
 template <int kHeadDim>
 struct BackwardTileConfig {
