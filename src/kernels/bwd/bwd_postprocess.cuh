@@ -33,19 +33,34 @@ __global__ void __launch_bounds__(Traits::kMmaThreads) backward_postprocess_kern
   for (int g = 0; g < kGroups; ++g) {
     values[g] = *reinterpret_cast<const float4*>(accum + Traits::dq_staging_offset(4 * g, threadIdx.x));
   }
+  // The accumulator's register order scatters a row over four threads, two columns each; shared
+  // memory turns the block into rows so that the stores to dQ are whole 16-byte chunks. A row of
+  // the tile is padded by 16 bytes, which puts the 8 rows of one store instruction in different
+  // banks.
+  constexpr int kRowElements = Traits::kHeadDim + 8;
+  __shared__ alignas(16) Element tile[Traits::kBlockM * kRowElements];
   CUTE_UNROLL
   for (int g = 0; g < kGroups; ++g) {
     const float v[4] = {values[g].x, values[g].y, values[g].z, values[g].w};
     CUTE_UNROLL
     for (int j = 0; j < 4; j += 2) {  // (j, j + 1) are neighbouring columns of one row
-      const int row = m_block * Traits::kBlockM + get<0>(coords(4 * g + j));
-      const int col = get<1>(coords(4 * g + j));
-      if (row >= seq.length || col >= problem.head_dim) continue;
       cutlass::Array<Element, 2> pair;
       pair[0] = Element(v[j] * scale);
       pair[1] = Element(v[j + 1] * scale);
-      *reinterpret_cast<cutlass::Array<Element, 2>*>(dq.at<Element>(batch_index, seq.offset + row, head) + col) = pair;
+      const auto coord = coords(4 * g + j);
+      *reinterpret_cast<cutlass::Array<Element, 2>*>(tile + get<0>(coord) * kRowElements + get<1>(coord)) = pair;
     }
+  }
+  __syncthreads();
+  constexpr int kChunksPerRow = Traits::kHeadDim / 8;  // 16 bytes each
+  const int rows = min(Traits::kBlockM, seq.length - m_block * Traits::kBlockM);
+  const int chunks = problem.head_dim / 8;  // head dims are multiples of 8
+  for (int c = threadIdx.x; c < Traits::kBlockM * kChunksPerRow; c += Traits::kMmaThreads) {
+    const int r = c / kChunksPerRow, chunk = c % kChunksPerRow;
+    if (r >= rows || chunk >= chunks) continue;
+    const uint4 v = *reinterpret_cast<const uint4*>(tile + r * kRowElements + chunk * 8);
+    *reinterpret_cast<uint4*>(dq.at<Element>(batch_index, seq.offset + m_block * Traits::kBlockM + r, head) +
+                              chunk * 8) = v;
   }
 }
 

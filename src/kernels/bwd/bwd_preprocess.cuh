@@ -8,6 +8,8 @@
 
 #include <cmath>
 
+#include <cute/config.hpp>
+
 #include "kernels/bwd/bwd_params.cuh"
 
 namespace hopattn {
@@ -19,42 +21,58 @@ __global__ void __launch_bounds__(kPreprocessThreads) backward_preprocess_kernel
     const Problem problem, const RowTensor o, const RowTensor dout, const RowTensor lse,
     const BackwardWorkspace ws) {
   constexpr int kRows = BackwardWorkspace::kRowBlock;
-  constexpr int kWarps = kPreprocessThreads / 32;
   constexpr int kVector = 8;  // 16-byte loads of 16-bit elements
+  // A row is read by a power-of-two group of neighbouring lanes, 16 bytes each (at d96 four of the
+  // sixteen idle), so that a warp covers whole rows and the row sum is a butterfly within the group.
+  constexpr int kLanesPerRow = kHeadDim / kVector <= 8 ? 8 : kHeadDim / kVector <= 16 ? 16 : 32;
+  static_assert(kHeadDim / kVector <= kLanesPerRow, "a row must fit its lanes");
+  constexpr int kRowsPerPass = kPreprocessThreads / kLanesPerRow;
+  constexpr int kPasses = kRows / kRowsPerPass;
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const Sequence seq = problem.queries.sequence(batch);
   if (m_block * kRows >= seq.length) return;  // past this sequence: no query block to prepare
   const long long first = ws.row_index(head, ws.sequence_row(problem.queries, batch) + m_block * kRows);
+  const long long batch_index = problem.varlen() ? 0 : batch;
+  const int lane_in_row = threadIdx.x % kLanesPerRow;
+  const bool loads = lane_in_row * kVector < problem.head_dim;
+
+  // Every load of the block first (many in flight), then the arithmetic, then the stores.
+  uint4 a[kPasses], b[kPasses];
+  float l[kPasses];
+  CUTE_UNROLL
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int row = m_block * kRows + pass * kRowsPerPass + threadIdx.x / kLanesPerRow;
+    a[pass] = b[pass] = make_uint4(0, 0, 0, 0);
+    l[pass] = -INFINITY;
+    if (row < seq.length) {
+      const long long token = seq.offset + row;
+      if (loads) {
+        a[pass] = *reinterpret_cast<const uint4*>(o.at<const Element>(batch_index, token, head) + lane_in_row * kVector);
+        b[pass] =
+            *reinterpret_cast<const uint4*>(dout.at<const Element>(batch_index, token, head) + lane_in_row * kVector);
+      }
+      l[pass] = *lse.at<const float>(batch_index, token, head);
+    }
+  }
 
   float4* dq = reinterpret_cast<float4*>(ws.dq_accum + first * ws.head_dim);
   for (int i = threadIdx.x; i < kRows * kHeadDim / 4; i += kPreprocessThreads) dq[i] = make_float4(0, 0, 0, 0);
   if (threadIdx.x == 0) ws.semaphores[first / kRows] = 0;
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const long long batch_index = problem.varlen() ? 0 : batch;
-  for (int r = warp; r < kRows; r += kWarps) {
-    const int row = m_block * kRows + r;
-    float d = 0.f, lse_log2 = INFINITY;
-    if (row < seq.length) {
-      const long long token = seq.offset + row;
-      if (lane * kVector < problem.head_dim) {
-        const uint4 a = *reinterpret_cast<const uint4*>(o.at<const Element>(batch_index, token, head) + lane * kVector);
-        const uint4 b =
-            *reinterpret_cast<const uint4*>(dout.at<const Element>(batch_index, token, head) + lane * kVector);
-        const Element* x = reinterpret_cast<const Element*>(&a);
-        const Element* y = reinterpret_cast<const Element*>(&b);
-#pragma unroll
-        for (int e = 0; e < kVector; ++e) d += static_cast<float>(x[e]) * static_cast<float>(y[e]);
-      }
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) d += __shfl_xor_sync(0xffffffff, d, offset);
-      const float l = *lse.at<const float>(batch_index, token, head);
-      // A row that sees no key has LSE = -inf and no gradient: +inf makes its P zero.
-      lse_log2 = l == -INFINITY ? INFINITY : l * 1.44269504088896340736f;
-    }
-    if (lane == 0) {
+  CUTE_UNROLL
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const Element* x = reinterpret_cast<const Element*>(&a[pass]);
+    const Element* y = reinterpret_cast<const Element*>(&b[pass]);
+    float d = 0.f;
+    CUTE_UNROLL
+    for (int e = 0; e < kVector; ++e) d += static_cast<float>(x[e]) * static_cast<float>(y[e]);
+    CUTE_UNROLL
+    for (int offset = kLanesPerRow / 2; offset > 0; offset /= 2) d += __shfl_xor_sync(0xffffffff, d, offset);
+    if (lane_in_row == 0) {
+      const int r = pass * kRowsPerPass + threadIdx.x / kLanesPerRow;
+      // Padding rows and rows that see no key (LSE = -inf) get +inf: their P is zero.
       ws.dpsum[first + r] = d;
-      ws.lse_log2[first + r] = lse_log2;
+      ws.lse_log2[first + r] = l[pass] == -INFINITY ? INFINITY : l[pass] * 1.44269504088896340736f;
     }
   }
 }
