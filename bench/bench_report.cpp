@@ -10,7 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "git_commit.hpp"
+#include "hopattn/hopattn.h"
 
 namespace hopattn::bench {
 namespace {
@@ -77,7 +77,7 @@ Environment read_environment(const std::string& command) {
   cudaRuntimeGetVersion(&runtime);
   env.driver = driver_version();
   env.cuda = cuda_version_string(runtime);
-  env.commit = HOPATTN_GIT_COMMIT;
+  env.commit = hopattn_build_commit();
   env.command = command;
   return env;
 }

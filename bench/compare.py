@@ -689,12 +689,13 @@ def environment(torch, impls):
     try:
         from hopattn import _capi
 
-        library = _capi.library_version()
+        library, library_commit = _capi.library_version(), _capi.library_commit()
     except Exception:
-        library = None
+        library = library_commit = None
     return {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "driver": _driver(),
             "cuda": torch.version.cuda, "torch": torch.__version__, "cudnn": str(torch.backends.cudnn.version()),
-            "hopattn": getattr(hopattn, "__version__", None), "hopattn_library": library, "peers": peers,
+            "hopattn": getattr(hopattn, "__version__", None), "hopattn_library": library,
+            "hopattn_library_commit": library_commit, "peers": peers,
             "commit": _git_commit(), "command": "python3 bench/compare.py " + " ".join(sys.argv[1:])}
 
 

@@ -83,6 +83,9 @@ int hopattn_backward(const hopattn_backward_args* args, void* workspace, size_t 
 
 const char* hopattn_last_error(void);
 const char* hopattn_version(void);
+/* The git commit the library was built from (12 hex digits, "-dirty" when the tree had local
+ * changes, "unknown" outside a git checkout): results can name the exact code that produced them. */
+const char* hopattn_build_commit(void);
 
 #ifdef __cplusplus
 }

@@ -308,6 +308,17 @@ def library_version() -> str:
     return library().hopattn_version().decode()
 
 
+def library_commit() -> str:
+    """hopattn_build_commit() of the loaded library: the commit it was built from ("unknown" for a
+    library that predates the function)."""
+    function = getattr(library(), "hopattn_build_commit", None)
+    if function is None:
+        return "unknown"
+    function.argtypes = []
+    function.restype = ctypes.c_char_p
+    return function().decode()
+
+
 def last_error() -> str:
     return library().hopattn_last_error().decode(errors="replace")
 

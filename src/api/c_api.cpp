@@ -3,6 +3,7 @@
 #include <string>
 
 #include "api/build_config.hpp"
+#include "git_commit.hpp"
 #include "hopattn/hopattn.h"
 #include "hopattn/hopattn.hpp"
 
@@ -136,5 +137,7 @@ int hopattn_backward(const hopattn_backward_args* user, void* workspace, size_t 
 const char* hopattn_last_error(void) { return hopattn::g_last_error.c_str(); }
 
 const char* hopattn_version(void) { return hopattn::build_config::kVersion; }
+
+const char* hopattn_build_commit(void) { return HOPATTN_GIT_COMMIT; }
 
 }  // extern "C"

@@ -97,4 +97,13 @@ TEST(CApi, LastErrorIsThreadLocal) {
 
 TEST(CApi, Version) { EXPECT_STRNE(hopattn_version(), ""); }
 
+TEST(CApi, BuildCommitNamesTheCode) {
+  // 12 hex digits, optionally "-dirty", or "unknown" when built outside a git checkout.
+  const std::string commit = hopattn_build_commit();
+  if (commit == "unknown") return;
+  ASSERT_GE(commit.size(), 12u);
+  EXPECT_EQ(commit.find_first_not_of("0123456789abcdef"), 12u == commit.size() ? std::string::npos : 12u);
+  EXPECT_TRUE(commit.size() == 12 || commit.substr(12) == "-dirty") << commit;
+}
+
 }  // namespace

@@ -37,6 +37,13 @@ def test_library_version_is_the_project_version(lib):
         assert hopattn.__version__ == version
 
 
+def test_library_commit_is_recorded(lib):
+    from hopattn import _capi
+
+    commit = _capi.library_commit()
+    assert commit == "unknown" or re.fullmatch(r"[0-9a-f]{12}(-dirty)?", commit), commit
+
+
 def _run_python(code, **env):
     environment = {**os.environ, **env}
     environment["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(hopattn.__file__).parents[1]),
