@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Dev script for a Hopper machine: SASS summary of the kernels, the GPU suite, the forward (with
 # DIRECTION=bwd the backward) sweep of hopattn and its peers (cuDNN, FlashAttention-2 through
-# PyTorch SDPA) in one run, an ncu profile of the default problem, compute-sanitizer on a subset of
+# PyTorch SDPA) in one run, an ncu profile of the default problem (DIRECTION, HEADDIM), compute-sanitizer on a subset of
 # the suite. Usage:
 #   tools/gpu_kernel_check.sh BUILD_DIR OUT_DIR [STEPS]
 # with STEPS a comma list of sass,tests,sanitize,sweep,ncu (default: all).
@@ -57,9 +57,16 @@ if has sweep; then
     > /dev/null 2>&1 || echo "report with plots skipped (python3 bench/compare.py report failed; matplotlib missing?)"
 fi
 if has ncu; then
-  timeout 200 ncu --clock-control none --kernel-name regex:forward_kernel --launch-skip 2 --launch-count 1 \
+  # The default problem's kernels (DIRECTION=bwd: preprocess, main, postprocess; HEADDIM=256 etc.),
+  # with the memory workload section for the L2 traffic of the backward's dQ reduce-adds.
+  dir=${DIRECTION:-fwd}
+  kernels=$([[ $dir == bwd ]] && echo "regex:backward" || echo "regex:forward_kernel")
+  count=$([[ $dir == bwd ]] && echo 3 || echo 1)
+  timeout 200 ncu --clock-control none --kernel-name "$kernels" --launch-skip $((2 * count)) --launch-count "$count" \
     --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
-    "$build/bench/hopattn-bench" --direction fwd --warmup 2 --reps 1 --no-check > "$logs/ncu.txt" 2>&1
+    --section MemoryWorkloadAnalysis \
+    "$build/bench/hopattn-bench" --direction "$dir" --headdim "${HEADDIM:-128}" --warmup 2 --reps 1 --no-check \
+    > "$logs/ncu.txt" 2>&1
   grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Stall|Warp Cycles|Registers|Shared Memory Config|Achieved" "$logs/ncu.txt" | head -30
 fi
 # Logs travel as one archive; the JSON results and the ratio table stay beside it.
