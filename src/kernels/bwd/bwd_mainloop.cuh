@@ -254,6 +254,14 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
       for (int i = 0; i < size(tdPrdP); ++i) tdPrdP(i) = tSrS(i) * (tdPrdP(i) - dpsum[get<1>(cS(i))]);
       convert_fragment(tdPrdP, rdS);
     };
+    // The scores this thread wrote to shared memory (dS^T; with split queries P^T too) become
+    // visible to the WGMMAs (async proxy), and one barrier serves two purposes: every MMA thread
+    // has written its entries, and the writer warp has read out the dQ staged in this buffer
+    // earlier.
+    auto publish_scores = [&](int dq_buffer) {
+      cutlass::arch::fence_view_async_shared();
+      cutlass::arch::NamedBarrier::sync(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqEmpty0, dq_buffer));
+    };
     typename Traits::PipelineState state;
     int block = 0;  // query blocks done, over all heads of the group
     smem.kv_full.wait(0);
@@ -302,10 +310,7 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
           warpgroup_wait<0>();  // dP^T
           compute_ds(dpsum);
           copy(rdS, tdSsdS(_, _, _, stage));
-          cutlass::arch::fence_view_async_shared();  // the WGMMAs read P^T and dS^T through the async proxy
-          // Every MMA thread has written its P^T and dS^T entries, and the writer warp has read out
-          // the dQ staged in this buffer earlier.
-          cutlass::arch::NamedBarrier::sync(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqEmpty0, dq_buffer));
+          publish_scores(dq_buffer);
           issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdVsP(_, _, _, stage), tdVrdOt(_, _, _, stage), tdVrdV);
           issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdKsdS(_, _, _, stage), tdKrQt(_, _, _, stage), tdKrdK);
         } else {
@@ -316,10 +321,7 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
           compute_ds(dpsum);
           issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdKrdS, tdKrQt(_, _, _, stage), tdKrdK);
           copy(rdS, tdSsdS(_, _, _, stage));
-          cutlass::arch::fence_view_async_shared();  // the dQ WGMMA reads dS^T through the async proxy
-          // One barrier for two purposes: every MMA thread has written its dS^T entries, and the
-          // writer warp has read out the dQ staged in this buffer earlier.
-          cutlass::arch::NamedBarrier::sync(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqEmpty0, dq_buffer));
+          publish_scores(dq_buffer);
         }
         issue_warpgroup_gemm</*kZeroInit=*/true>(mma_dq, tdQrdS(_, _, _, stage), tdQrKt, tdQrdQ);
         warpgroup_wait<0>();  // dV, dK and dQ
