@@ -24,7 +24,7 @@ if has tests; then
   echo "gpu tests exit $?"; grep -E "^\[  FAILED|^\[  PASSED|tests ran" "$logs/gpu_tests.log" | tail -25
 fi
 if has sanitize; then
-  # Small cases that cover 2 and 3 consumer warpgroups, O staged in Q, GQA, varlen and strides, and
+  # Small cases that cover 2 and 3 consumer warpgroups, GQA, varlen and strides, and
   # the backward's two layouts (keys split between the warpgroups; d192/d256: head dim split).
   subset='Sweep/*Sweep.*/bf16_d64_113x203*:Sweep/*Sweep.*/bf16_d256_113x203*'
   subset+=':Sweep/*Sweep.*/fp16_d128_257x1000*:Special/*Sweep.*/varlen_causal_gqa'

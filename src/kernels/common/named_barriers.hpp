@@ -9,7 +9,6 @@ namespace hopattn {
 enum class FwdBarrier : uint32_t {
   kQueryEmpty = 0,      // consumers are done with sQ; the producer may load the next tile's Q
   kWarpScheduler0 = 1,  // + consumer warpgroup: its turn to issue tensor-core work (ping-pong)
-  kEpilogue0 = 4,       // + consumer warpgroup: its rows of the O staging buffer are complete
 };
 
 // The backward's barriers around the dQ staging buffers between the MMA warpgroups and the dQ
@@ -20,7 +19,7 @@ enum class BwdBarrier : uint32_t {
 };
 
 inline constexpr int kMaxConsumerWarpgroups = 3;
-static_assert(static_cast<uint32_t>(FwdBarrier::kEpilogue0) + kMaxConsumerWarpgroups <= 8,
+static_assert(static_cast<uint32_t>(FwdBarrier::kWarpScheduler0) + kMaxConsumerWarpgroups <= 8,
               "CUTLASS leaves 8 named barriers to kernels");
 
 CUTLASS_DEVICE uint32_t barrier_id(FwdBarrier base, int offset = 0) {

@@ -21,7 +21,6 @@ struct ForwardKernelTraits {
   static constexpr int kBlockM = Config::kBlockM;
   static constexpr int kBlockN = Config::kBlockN;
   static constexpr int kStages = Config::kStages;
-  static constexpr bool kOStagedInQ = Config::kOStagedInQ;
 
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * cutlass::NumThreadsPerWarpGroup;
@@ -61,7 +60,6 @@ struct ForwardKernelTraits {
 
   using SmemLayoutQ = decltype(cute::tile_to_shape(
       widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim>(), cute::Shape<BlockM, HeadDim>{}));
-  using SmemLayoutO = SmemLayoutQ;
   using SmemLayoutK = decltype(cute::tile_to_shape(
       widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim>(),
       cute::Shape<BlockN, HeadDim, cute::Int<kStages>>{}));
@@ -79,11 +77,9 @@ struct ForwardKernelTraits {
 
   // Swizzled TMA destinations need 1024-byte alignment.
   struct SharedStorage {
-    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;  // also O when kOStagedInQ
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>, 1024> v;
-    // The O staging buffer; a token 8 elements when O is staged in q (C++17 has no zero-size member).
-    cute::array_aligned<Element, kOStagedInQ ? 8 : cute::cosize_v<SmemLayoutO>, 1024> o;
     cutlass::arch::ClusterTransactionBarrier q_full;
     typename Pipeline::SharedStorage pipeline_k;
     typename Pipeline::SharedStorage pipeline_v;

@@ -67,11 +67,32 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
                             Shape<typename Traits::HeadDim, typename Traits::BlockN>{},
                             make_coord(_0{}, _));  // (D, N, n_blocks)
     auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
-    auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-    auto [tVgV, tVsV] =
-        tma_partition(params.tma_vt, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
+    // (source, destination) pairs; the lambdas below take them whole (C++17 cannot capture a
+    // structured binding).
+    const auto k_copy = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    const auto v_copy = tma_partition(params.tma_vt, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
 
-    // sQ still holds the previous tile's Q (or its O) until every consumer is done with it.
+    // Loads go in the order the consumers use them: K of block n is needed one step before V of
+    // block n (S of block n - 1 is issued before P V of block n), so waiting for a free V stage
+    // never holds back the K that the consumers need first.
+    auto load_k = [&](int n) {
+      pipeline_k.producer_acquire(state_k);
+      if (leader) {
+        copy(params.tma_k.with(*pipeline_k.producer_get_barrier(state_k)), get<0>(k_copy)(_, n),
+             get<1>(k_copy)(_, state_k.index()));
+      }
+      ++state_k;
+    };
+    auto load_v = [&](int n) {
+      pipeline_v.producer_acquire(state_v);
+      if (leader) {
+        copy(params.tma_vt.with(*pipeline_v.producer_get_barrier(state_v)), get<0>(v_copy)(_, n),
+             get<1>(v_copy)(_, state_v.index()));
+      }
+      ++state_v;
+    };
+    load_k(t.n_blocks.end - 1);  // while the consumers may still be in the previous tile's epilogue
+    // sQ still holds the previous tile's Q until every consumer has issued its last S GEMM.
     if (!first_q) {
       cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads + cutlass::NumThreadsPerWarp,
                                         barrier_id(FwdBarrier::kQueryEmpty));
@@ -81,16 +102,11 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
       smem.q_full.arrive_and_expect_tx(Traits::kQBytes);
       copy(params.tma_q.with(reinterpret_cast<uint64_t&>(smem.q_full)), tQgQ, tQsQ);
     }
-    for (int n = t.n_blocks.end - 1; n >= t.n_blocks.begin; --n) {
-      pipeline_k.producer_acquire(state_k);
-      if (leader) copy(params.tma_k.with(*pipeline_k.producer_get_barrier(state_k)), tKgK(_, n), tKsK(_, state_k.index()));
-      ++state_k;
-      pipeline_v.producer_acquire(state_v);
-      if (leader) {
-        copy(params.tma_vt.with(*pipeline_v.producer_get_barrier(state_v)), tVgV(_, n), tVsV(_, state_v.index()));
-      }
-      ++state_v;
+    for (int n = t.n_blocks.end - 1; n > t.n_blocks.begin; --n) {
+      load_k(n - 1);
+      load_v(n);
     }
+    load_v(t.n_blocks.begin);
   }
 }
 
@@ -117,6 +133,16 @@ struct WarpgroupTurns {
     }
   }
 };
+
+// Once the row maxima settle, most blocks leave them unchanged (every factor exactly 1): a warp
+// then skips rescaling O, which costs as many multiplies as the softmax itself.
+template <int kRows>
+CUTE_DEVICE bool any_factor_below_one(const float (&rescale)[kRows]) {
+  bool moved = false;
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) moved |= rescale[r] != 1.f;
+  return __any_sync(0xffffffff, moved);
+}
 
 template <class Traits>
 CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem,
@@ -210,11 +236,14 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
     clear(tOrO);
 
     // Steady state: S of block n is computed while P V of block n + 1 runs; the softmax of block
-    // n runs before O is rescaled, once P V has finished.
+    // n runs once S is done, under P V. O's rescale for block n + 1 runs under the S GEMM, before
+    // P V reads O.
+    bool rescale_o = false;  // O is still zero
     for (--n_block; n_block >= t.n_blocks.begin; --n_block) {
       pipeline_k.consumer_wait(state_k);
       turns.wait();
       issue_warpgroup_gemm</*kZeroInit=*/true>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
+      if (rescale_o) scale_rows(tOrO, rescale);
       pipeline_v.consumer_wait(state_v);
       issue_warpgroup_gemm</*kZeroInit=*/false>(mma_pv, tOrP, tOrVt(_, _, _, state_v.index()), tOrO);
       turns.pass();
@@ -223,25 +252,17 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
       ++state_k;
       prescale_and_mask(tSrS, n_block);
       softmax.update(as_row_col(tSrS), factor, rescale);
+      rescale_o = any_factor_below_one(rescale);
       warpgroup_wait<0>();
       pipeline_v.consumer_release(state_v);
       ++state_v;
-      // Once the row maxima settle, most blocks leave them unchanged (every factor exactly 1):
-      // a warp then skips rescaling O, which costs as many multiplies as the softmax itself.
-      bool max_moved = false;
-      CUTE_UNROLL
-      for (int r = 0; r < kRows; ++r) max_moved |= rescale[r] != 1.f;
-      if (__any_sync(0xffffffff, max_moved)) {
-        scale_rows(tOrO, rescale);
-      }
       convert_fragment(tSrS, rP);
     }
 
-    // Every S GEMM of this tile is done: unless O is staged in sQ, the next Q may come in now.
-    if constexpr (!Traits::kOStagedInQ) {
-      cutlass::arch::NamedBarrier::arrive(Traits::kConsumerThreads + cutlass::NumThreadsPerWarp,
-                                          barrier_id(FwdBarrier::kQueryEmpty));
-    }
+    // Every S GEMM of this tile is done: the next Q may come in now.
+    cutlass::arch::NamedBarrier::arrive(Traits::kConsumerThreads + cutlass::NumThreadsPerWarp,
+                                        barrier_id(FwdBarrier::kQueryEmpty));
+    if (rescale_o) scale_rows(tOrO, rescale);
     pipeline_v.consumer_wait(state_v);
     issue_warpgroup_gemm</*kZeroInit=*/false>(mma_pv, tOrP, tOrVt(_, _, _, state_v.index()), tOrO);
     float inv_sum[kRows], lse[kRows];
@@ -251,11 +272,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
     ++state_v;
 
     scale_rows(tOrO, inv_sum);
-    store_tile<Traits>(params, smem, t, tOrO, tScS, lse, mma_pv, thread);
-    if constexpr (Traits::kOStagedInQ) {
-      cutlass::arch::NamedBarrier::arrive(Traits::kConsumerThreads + cutlass::NumThreadsPerWarp,
-                                          barrier_id(FwdBarrier::kQueryEmpty));
-    }
+    store_tile<Traits>(params, t, tOrO, tScS, lse, thread);
   }
 }
 

@@ -26,6 +26,20 @@ CUTE_DEVICE float quad_allreduce(float x, Op op) {
   return op(x, __shfl_xor_sync(0xffffffff, x, 2));
 }
 
+// Reduces row r of a (rows x cols) view with a pairwise tree: depth log2(cols) instead of cols.
+template <int kCols, class RowCol, class Op>
+CUTE_DEVICE float reduce_columns(RowCol const& s, int r, Op op) {
+  float v[kCols];
+  CUTE_UNROLL
+  for (int c = 0; c < kCols; ++c) v[c] = s(r, c);
+  CUTE_UNROLL
+  for (int stride = 1; stride < kCols; stride *= 2) {
+    CUTE_UNROLL
+    for (int c = 0; c + stride < kCols; c += 2 * stride) v[c] = op(v[c], v[c + stride]);
+  }
+  return v[0];
+}
+
 template <int kRows>
 struct OnlineSoftmax {
   float row_max[kRows];  // running max of the raw scores; -inf: nothing visible seen yet
@@ -41,27 +55,31 @@ struct OnlineSoftmax {
 
   // Turns the scores of one block (rows x cols view) into unnormalised probabilities and returns,
   // per row, the factor by which earlier contributions (O and the sum) must be rescaled.
+  // The column reductions are pairwise trees and each step runs over all rows at once: a serial
+  // chain of 32 dependent FMNMX/FADD per row would leave the warp waiting on their latency.
   template <class ScoreTensor>
   CUTE_DEVICE void update(ScoreTensor&& s, float factor, float (&rescale)[kRows]) {
     static_assert(decltype(cute::size<0>(s))::value == kRows, "one softmax row per score row");
+    constexpr int kCols = decltype(cute::size<1>(s))::value;
+    const auto max_op = [](float a, float b) { return fmaxf(a, b); };
+    float new_max[kRows];
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) new_max[r] = fmaxf(row_max[r], reduce_columns<kCols>(s, r, max_op));
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) new_max[r] = quad_allreduce(new_max[r], max_op);
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      float block_max = row_max[r];
-      CUTE_UNROLL
-      for (int c = 0; c < cute::size<1>(s); ++c) block_max = fmaxf(block_max, s(r, c));
-      const float new_max = quad_allreduce(block_max, [](float a, float b) { return fmaxf(a, b); });
       // A row that has seen only masked keys keeps max -inf; subtracting 0 instead keeps its
       // probabilities at exp2(-inf) = 0 rather than NaN.
-      const float offset = new_max == -INFINITY ? 0.f : new_max * factor;
+      const float offset = new_max[r] == -INFINITY ? 0.f : new_max[r] * factor;
       rescale[r] = fast_exp2(row_max[r] * factor - offset);
-      row_max[r] = new_max;
-      float sum = 0.f;
+      row_max[r] = new_max[r];
       CUTE_UNROLL
-      for (int c = 0; c < cute::size<1>(s); ++c) {
-        s(r, c) = fast_exp2(fmaf(s(r, c), factor, -offset));
-        sum += s(r, c);
-      }
-      row_sum[r] = row_sum[r] * rescale[r] + sum;
+      for (int c = 0; c < kCols; ++c) s(r, c) = fast_exp2(fmaf(s(r, c), factor, -offset));
+    }
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      row_sum[r] = fmaf(row_sum[r], rescale[r], reduce_columns<kCols>(s, r, [](float a, float b) { return a + b; }));
     }
   }
 
