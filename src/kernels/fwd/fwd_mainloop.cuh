@@ -75,22 +75,14 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     // Loads go in the order the consumers use them: K of block n is needed one step before V of
     // block n (S of block n - 1 is issued before P V of block n), so waiting for a free V stage
     // never holds back the K that the consumers need first.
-    auto load_k = [&](int n) {
-      pipeline_k.producer_acquire(state_k);
-      if (leader) {
-        copy(params.tma_k.with(*pipeline_k.producer_get_barrier(state_k)), get<0>(k_copy)(_, n),
-             get<1>(k_copy)(_, state_k.index()));
-      }
-      ++state_k;
+    // One K or V^T block into the next stage of its ring.
+    auto load = [&](auto& pipeline, auto& state, auto const& tma, auto const& copies, int n) {
+      pipeline.producer_acquire(state);
+      if (leader) copy(tma.with(*pipeline.producer_get_barrier(state)), get<0>(copies)(_, n), get<1>(copies)(_, state.index()));
+      ++state;
     };
-    auto load_v = [&](int n) {
-      pipeline_v.producer_acquire(state_v);
-      if (leader) {
-        copy(params.tma_vt.with(*pipeline_v.producer_get_barrier(state_v)), get<0>(v_copy)(_, n),
-             get<1>(v_copy)(_, state_v.index()));
-      }
-      ++state_v;
-    };
+    auto load_k = [&](int n) { load(pipeline_k, state_k, params.tma_k, k_copy, n); };
+    auto load_v = [&](int n) { load(pipeline_v, state_v, params.tma_vt, v_copy, n); };
     load_k(t.n_blocks.end - 1);  // while the consumers may still be in the previous tile's epilogue
     // sQ still holds the previous tile's Q until every consumer has issued its last S GEMM.
     if (!first_q) {
