@@ -31,7 +31,7 @@ struct BackwardKernelTraits {
   using Element = Element_;
   using Config = BackwardTileConfig<kHeadDim_>;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = BackwardWorkspace::kRowBlock;
+  static constexpr int kBlockM = Config::kBlockM;
   static constexpr int kBlockN = Config::kBlockN;
   static constexpr int kStages = Config::kStages;
 
@@ -51,6 +51,8 @@ struct BackwardKernelTraits {
   static constexpr int kProducerRegisters = 24;
   static constexpr int kMmaRegisters = 240;
   static_assert(kBlockN == 64 || kBlockN == 128, "64 keys per CTA (shared scores) or per MMA warpgroup");
+  static_assert(BackwardWorkspace::kRowBlock % kBlockM == 0 && kBlockM % BackwardWorkspace::kSemaphoreRows == 0,
+                "query blocks must tile the workspace's row blocks and own a semaphore each");
   static_assert(kProducerRegisters + kMmaWarpgroups * kMmaRegisters <= 65536 / cutlass::NumThreadsPerWarpGroup,
                 "register budget exceeds the register file");
   static_assert(kHeadDim % 32 == 0, "kernel head dims are multiples of 32");

@@ -69,11 +69,15 @@ cudaError_t launch_backward_kernels(const Problem& problem, const BackwardTensor
   const BackwardParams<Traits> params = make_backward_params<Traits>(problem, tensors, workspace, deterministic);
 
   // With max_seqlen_q = 0 there is no query block: only the main kernel runs, writing dK = dV = 0.
-  const dim3 query_blocks((problem.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, problem.heads, problem.batch);
+  auto blocks_of = [&](int rows) {
+    return dim3((problem.max_seqlen_q + rows - 1) / rows, problem.heads, problem.batch);
+  };
+  const dim3 query_blocks = blocks_of(Traits::kBlockM);
   const bool has_queries = query_blocks.x > 0;
   if (has_queries) {
-    backward_preprocess_kernel<Element, kHeadDim><<<query_blocks, kPreprocessThreads, 0, stream>>>(
-        problem, tensors.o, tensors.dout, tensors.lse, params.workspace);
+    backward_preprocess_kernel<Element, kHeadDim>
+        <<<blocks_of(BackwardWorkspace::kRowBlock), kPreprocessThreads, 0, stream>>>(
+            problem, tensors.o, tensors.dout, tensors.lse, params.workspace);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
 

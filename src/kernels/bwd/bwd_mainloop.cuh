@@ -139,10 +139,14 @@ CUTE_DEVICE int load_acquire(const int32_t* address) {
 
 }  // namespace backward_detail
 
-// Deterministic mode: query block m of a head receives the key blocks' partial sums in key-block
-// order. Every key block that sees m adds into it exactly once, and these key blocks are
-// consecutive, so block n waits until (n - first key block of m) earlier ones have added. Key
-// blocks of lower index are launched first, so the wait always ends.
+// Deterministic mode: query block m of a head receives the key blocks' partial sums in descending
+// key-block order. Every key block that sees m adds into it exactly once, and these key blocks are
+// consecutive, so block n waits until (last key block of m - n) later ones have added; those were
+// launched first (make_backward_tile), so the wait always ends. Descending, because a key block
+// meets its query blocks in ascending order and under a causal or local mask a higher key block's
+// first query block is no earlier than a lower one's: the key block that must add before n reached
+// m no later than n did, and the key blocks of a head rarely wait (in ascending order they formed
+// a wavefront, each waiting for the previous one at every query block).
 template <class Traits>
 CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typename Traits::SharedStorage& smem,
                                     const BackwardTile& t) {
@@ -169,10 +173,10 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
       if (lane0) {
         const long long row = first_row + static_cast<long long>(m) * Traits::kBlockM;
         float* dq = ws.dq_accum + row * ws.head_dim;
-        int32_t* semaphore = ws.semaphores + row / Traits::kBlockM;
+        int32_t* semaphore = ws.semaphore(row);
         if (params.deterministic) {
           const int order =
-              t.n_block - n_block_range(p.mask, m, Traits::kBlockM, Traits::kBlockN, t.seqlen_q, t.seqlen_k).begin;
+              n_block_range(p.mask, m, Traits::kBlockM, Traits::kBlockN, t.seqlen_q, t.seqlen_k).end - 1 - t.n_block;
           while (load_acquire(semaphore) != order) __nanosleep(64);
           asm volatile("fence.proxy.async.global;\n" ::: "memory");
           bulk_reduce_add(dq, staged, kDqBytes);
@@ -300,12 +304,12 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
             }
           }
         }
-        convert_fragment(tSrS, rP);
         const int dq_buffer = block % Traits::kDqBuffers;
         if constexpr (Traits::kSplitQueries) {
           cute::Tensor tPsP = thr_sdp.partition_C(Smem::p(smem));
           cute::Tensor tdVsP = thr_kv.partition_fragment_A(Smem::p(smem));  // (MMA, MMA_N, MMA_M, PIPE)
           cute::Tensor tdKsdS = thr_kv.partition_fragment_A(Smem::ds(smem));
+          convert_fragment(tSrS, rP);
           copy(rP, tPsP(_, _, _, stage));
           warpgroup_wait<0>();  // dP^T
           compute_ds(dpsum);
@@ -316,9 +320,21 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
         } else {
           cute::Tensor tdVrP = make_tensor(rP.data(), accumulator_as_a_operand_layout(rP.layout()));
           cute::Tensor tdKrdS = make_tensor(rdS.data(), accumulator_as_a_operand_layout(rdS.layout()));
-          issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdVrP, tdVrdOt(_, _, _, stage), tdVrdV);
-          warpgroup_wait<1>();  // dP^T
-          compute_ds(dpsum);
+          if constexpr (Traits::kBlockM == 64) {
+            // The dV GEMM runs while dS^T is computed.
+            convert_fragment(tSrS, rP);
+            issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdVrP, tdVrdOt(_, _, _, stage), tdVrdV);
+            warpgroup_wait<1>();  // dP^T
+            compute_ds(dpsum);
+          } else {
+            // With 128 queries the fp32 P^T, its 16-bit copy and dP^T (64 + 32 + 64 registers
+            // besides dK and dV) do not fit at once; ptxas then serializes the WGMMAs. dS^T is
+            // computed first, so that P^T's fp32 registers die as it is converted.
+            warpgroup_wait<0>();  // dP^T
+            compute_ds(dpsum);
+            convert_fragment(tSrS, rP);
+            issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdVrP, tdVrdOt(_, _, _, stage), tdVrdV);
+          }
           issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdKrdS, tdKrQt(_, _, _, stage), tdKrdK);
           copy(rdS, tdSsdS(_, _, _, stage));
           publish_scores(dq_buffer);

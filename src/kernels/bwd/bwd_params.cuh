@@ -61,14 +61,11 @@ struct BackwardTile {
   }
 };
 
-// The grid is one-dimensional, (key block, KV head, batch). Either order below starts a key block
-// no later than the next one of its head, which the deterministic mode's ordered dQ additions rely
-// on. Key block fastest: the CTAs of one head run together and share its Q and dO in L2; measured
-// on the H200 under a causal mask, this beat longest-first (key block slowest) at every seqlen,
-// +29% at 2k and +3% at 16k (docs/perf-log.md). But in deterministic mode under a mask it lets the
-// ordered additions of a head form a wavefront (key block n waits for n - 1 at every query block),
-// which ran at 0.55-0.58x of the non-deterministic speed at d128 causal; there the first key
-// blocks of all heads start first instead.
+// The grid is one-dimensional, (key block, KV head, batch), key block fastest: the CTAs of one
+// head run together and share its Q and dO in L2; measured on the H200 under a causal mask, this
+// beat longest-first (key block slowest) at every seqlen, +29% at 2k and +3% at 16k
+// (docs/perf-log.md). In deterministic mode the key blocks of a head come in descending order, so
+// that every key block a CTA waits for (see backward_dq_writer) was launched before it.
 HOPATTN_HOST_DEVICE int backward_key_blocks(const Problem& p, int block_n) {
   return (p.max_seqlen_k + block_n - 1) / block_n;
 }
@@ -78,15 +75,9 @@ CUTE_DEVICE BackwardTile make_backward_tile(const BackwardParams<Traits>& params
   const Problem& p = params.problem;
   const int key_blocks = backward_key_blocks(p, Traits::kBlockN);
   BackwardTile t;
-  int pair;  // head_kv + heads_kv * batch
-  if (params.deterministic && !p.mask.unbounded()) {
-    const int pairs = p.heads_kv * p.batch;
-    t.n_block = blockIdx.x / pairs;
-    pair = blockIdx.x % pairs;
-  } else {
-    t.n_block = blockIdx.x % key_blocks;
-    pair = blockIdx.x / key_blocks;
-  }
+  const int key_block = blockIdx.x % key_blocks;
+  t.n_block = params.deterministic ? key_blocks - 1 - key_block : key_block;
+  const int pair = blockIdx.x / key_blocks;  // head_kv + heads_kv * batch
   t.head_kv = pair % p.heads_kv;
   t.batch = pair / p.heads_kv;
   const Sequence q = p.queries.sequence(t.batch);

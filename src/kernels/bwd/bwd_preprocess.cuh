@@ -1,4 +1,4 @@
-// The backward's first kernel, one CTA per (query block, head, batch): D = rowsum(dO * O) and the
+// The backward's first kernel, one CTA per (workspace row block, head, batch): D = rowsum(dO * O) and the
 // LSE in log2 units into the workspace (padding rows get D = 0 and LSE = +inf, which makes their
 // P exactly 0 in the main kernel), and the block's dQ accumulator and semaphore cleared, so every
 // call starts from zero whatever the workspace held.
@@ -57,7 +57,9 @@ __global__ void __launch_bounds__(kPreprocessThreads) backward_preprocess_kernel
 
   float4* dq = reinterpret_cast<float4*>(ws.dq_accum + first * ws.head_dim);
   for (int i = threadIdx.x; i < kRows * kHeadDim / 4; i += kPreprocessThreads) dq[i] = make_float4(0, 0, 0, 0);
-  if (threadIdx.x == 0) ws.semaphores[first / kRows] = 0;
+  if (threadIdx.x < kRows / BackwardWorkspace::kSemaphoreRows) {
+    ws.semaphore(first)[threadIdx.x] = 0;
+  }
 
   CUTE_UNROLL
   for (int pass = 0; pass < kPasses; ++pass) {

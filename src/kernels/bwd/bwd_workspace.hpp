@@ -3,12 +3,13 @@
 //   dpsum     (heads, padded_rows) fp32  D = rowsum(dO * O) (0 on padding rows)
 //   dq_accum  (heads, padded_rows, head_dim) fp32  dQ accumulated by the key blocks; each block of
 //             kRowBlock rows is one contiguous chunk in the order the main kernel's registers hold it
-//   semaphores (heads, padded_rows / kRowBlock) int32  per query block: how many key blocks have
-//             added into it (deterministic mode)
+//   semaphores (heads, padded_rows / kSemaphoreRows) int32  per query block: how many key blocks
+//             have added into it (deterministic mode); a block of more rows uses its first one
 // Each sequence's rows start at a multiple of kRowBlock ("padded offsets"), so that every query
-// block is a whole chunk that bulk copies can move: sequence b of a varlen batch starts at
-// floor((cu_seqlens[b] + b * kRowBlock) / kRowBlock) * kRowBlock, which leaves room for the previous
-// sequence's last partial block; a fixed-length batch simply rounds every sequence up.
+// block of every kernel (64 or 128 rows, dividing kRowBlock) is a whole chunk that bulk copies can
+// move: sequence b of a varlen batch starts at floor((cu_seqlens[b] + b * kRowBlock) / kRowBlock) *
+// kRowBlock, which leaves room for the previous sequence's last partial block; a fixed-length batch
+// simply rounds every sequence up.
 #pragma once
 
 #include <cstddef>
@@ -20,7 +21,8 @@
 namespace hopattn {
 
 struct BackwardWorkspace {
-  static constexpr int kRowBlock = 64;  // query rows per block of the main kernel
+  static constexpr int kRowBlock = 128;      // the tallest query block of any main kernel
+  static constexpr int kSemaphoreRows = 64;  // the shortest one
   static constexpr size_t kAlignment = 256;
 
   float* lse_log2 = nullptr;
@@ -40,7 +42,7 @@ struct BackwardWorkspace {
   static size_t bytes_for(const Problem& p, int kernel_head_dim) {
     const long long rows = static_cast<long long>(p.heads) * padded_rows_for(p);
     const size_t per_row = sizeof(float) * (2 + static_cast<size_t>(kernel_head_dim));
-    return static_cast<size_t>(rows) * per_row + static_cast<size_t>(rows / kRowBlock) * sizeof(int32_t) +
+    return static_cast<size_t>(rows) * per_row + static_cast<size_t>(rows / kSemaphoreRows) * sizeof(int32_t) +
            4 * kAlignment;
   }
 
@@ -71,6 +73,8 @@ struct BackwardWorkspace {
   HOPATTN_HOST_DEVICE long long row_index(int head, long long padded_row) const {
     return head * padded_rows + padded_row;
   }
+  // The semaphore of the query block that starts at row_index `row`.
+  HOPATTN_HOST_DEVICE int32_t* semaphore(long long row) const { return semaphores + row / kSemaphoreRows; }
 };
 
 }  // namespace hopattn

@@ -13,14 +13,16 @@
 
 namespace hopattn {
 
-template <typename Element_, int kHeadDim_>
+template <typename Element_, int kHeadDim_, class Config_ = ForwardTileConfig<kHeadDim_>>
 struct ForwardKernelTraits {
   using Element = Element_;
-  using Config = ForwardTileConfig<kHeadDim_>;
+  using Config = Config_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = Config::kBlockM;
-  static constexpr int kBlockN = Config::kBlockN;
-  static constexpr int kStages = Config::kStages;
+  static constexpr int kBlockM = Config::kShape.block_m;
+  static constexpr int kBlockN = Config::kShape.block_n;
+  static constexpr int kStages = Config::kShape.stages;
+  static constexpr bool kKeysAhead = Config::kShape.keys_ahead;
+  static constexpr bool kRescaleUnderQK = Config::kShape.rescale_under_qk;
 
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * cutlass::NumThreadsPerWarpGroup;

@@ -72,9 +72,6 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     const auto k_copy = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
     const auto v_copy = tma_partition(params.tma_vt, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
 
-    // Loads go in the order the consumers use them: K of block n is needed one step before V of
-    // block n (S of block n - 1 is issued before P V of block n), so waiting for a free V stage
-    // never holds back the K that the consumers need first.
     // One K or V^T block into the next stage of its ring.
     auto load = [&](auto& pipeline, auto& state, auto const& tma, auto const& copies, int n) {
       pipeline.producer_acquire(state);
@@ -94,11 +91,19 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
       smem.q_full.arrive_and_expect_tx(Traits::kQBytes);
       copy(params.tma_q.with(reinterpret_cast<uint64_t&>(smem.q_full)), tQgQ, tQsQ);
     }
-    for (int n = t.n_blocks.end - 1; n > t.n_blocks.begin; --n) {
-      load_k(n - 1);
-      load_v(n);
+    if constexpr (Traits::kKeysAhead) {  // see ForwardTileShape
+      for (int n = t.n_blocks.end - 1; n > t.n_blocks.begin; --n) {
+        load_k(n - 1);
+        load_v(n);
+      }
+      load_v(t.n_blocks.begin);
+    } else {
+      load_v(t.n_blocks.end - 1);
+      for (int n = t.n_blocks.end - 2; n >= t.n_blocks.begin; --n) {
+        load_k(n);
+        load_v(n);
+      }
     }
-    load_v(t.n_blocks.begin);
   }
 }
 
@@ -228,14 +233,14 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
     clear(tOrO);
 
     // Steady state: S of block n is computed while P V of block n + 1 runs; the softmax of block
-    // n runs once S is done, under P V. O's rescale for block n + 1 runs under the S GEMM, before
-    // P V reads O.
+    // n runs once S is done, under P V. O's rescale for block n runs either under the next S GEMM
+    // (before P V reads O) or right after this P V (see ForwardTileShape).
     bool rescale_o = false;  // O is still zero
     for (--n_block; n_block >= t.n_blocks.begin; --n_block) {
       pipeline_k.consumer_wait(state_k);
       turns.wait();
       issue_warpgroup_gemm</*kZeroInit=*/true>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
-      if (rescale_o) scale_rows(tOrO, rescale);
+      if (Traits::kRescaleUnderQK && rescale_o) scale_rows(tOrO, rescale);
       pipeline_v.consumer_wait(state_v);
       issue_warpgroup_gemm</*kZeroInit=*/false>(mma_pv, tOrP, tOrVt(_, _, _, state_v.index()), tOrO);
       turns.pass();
@@ -249,12 +254,13 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
       pipeline_v.consumer_release(state_v);
       ++state_v;
       convert_fragment(tSrS, rP);
+      if (!Traits::kRescaleUnderQK && rescale_o) scale_rows(tOrO, rescale);
     }
 
     // Every S GEMM of this tile is done: the next Q may come in now.
     cutlass::arch::NamedBarrier::arrive(Traits::kConsumerThreads + cutlass::NumThreadsPerWarp,
                                         barrier_id(FwdBarrier::kQueryEmpty));
-    if (rescale_o) scale_rows(tOrO, rescale);
+    if (Traits::kRescaleUnderQK && rescale_o) scale_rows(tOrO, rescale);
     pipeline_v.consumer_wait(state_v);
     issue_warpgroup_gemm</*kZeroInit=*/false>(mma_pv, tOrP, tOrVt(_, _, _, state_v.index()), tOrO);
     float inv_sum[kRows], lse[kRows];

@@ -1,34 +1,65 @@
-// Tile shapes of the forward kernel per head dim: chosen from measurements on the H200 (see
-// docs/perf-log.md), starting from FlashAttention-3's published choices.
+// Tile shapes and pipeline orders of the forward kernel per head dim: chosen from measurements on
+// the H200 (see docs/perf-log.md), starting from FlashAttention-3's published choices.
 #pragma once
 
 namespace hopattn {
 
+// kBlockM: query rows per CTA (64 per consumer warpgroup); kBlockN: keys per pipeline stage;
+// kStages: depth of the K and V rings.
+// kKeysAhead: the producer loads K of block n - 1 before V of block n (the order the consumers use
+// them) instead of K and V of a block together. With two stages the consumers' next S GEMM then
+// does not wait behind a V load; with three it made the producer wait for a free K stage while
+// the V needed next was not yet requested (3% at d128 16k).
+// kRescaleUnderQK: O's rescale by the new row maxima runs under the next S GEMM, before P V reads
+// O, instead of right after the P V wait. Hidden, but it delays the warpgroup's P V issue while it
+// holds the ping-pong turn: it pays where O is large (d > 128), not below (3% at d128 16k).
+struct ForwardTileShape {
+  int block_m, block_n, stages;
+  bool keys_ahead, rescale_under_qk;
+};
+
 template <int kHeadDim>
 struct ForwardTileConfig;
 
-// kBlockM: query rows per CTA (64 per consumer warpgroup); kBlockN: keys per pipeline stage.
 template <>
 struct ForwardTileConfig<64> {
-  static constexpr int kBlockM = 192, kBlockN = 128, kStages = 3;
+  static constexpr ForwardTileShape kShape{192, 128, 3, false, false};
 };
 template <>
 struct ForwardTileConfig<96> {
-  static constexpr int kBlockM = 128, kBlockN = 128, kStages = 3;
+  static constexpr ForwardTileShape kShape{128, 128, 3, false, false};
 };
 template <>
 struct ForwardTileConfig<128> {
-  // Measured on the H200: a third K/V stage gained 3-5% over two; 128 x 176 tiles lost 0-35%
-  // (spills, and fewer tiles at short seqlens).
-  static constexpr int kBlockM = 128, kBlockN = 128, kStages = 3;
+  // A third K/V stage gained 3-5% over two.
+  static constexpr ForwardTileShape kShape{128, 128, 3, false, false};
 };
 template <>
 struct ForwardTileConfig<192> {
-  static constexpr int kBlockM = 128, kBlockN = 96, kStages = 2;
+  static constexpr ForwardTileShape kShape{128, 96, 2, true, true};
 };
 template <>
 struct ForwardTileConfig<256> {
-  static constexpr int kBlockM = 128, kBlockN = 80, kStages = 2;
+  static constexpr ForwardTileShape kShape{128, 80, 2, true, true};
 };
+
+// Tiles for problems without a causal or local mask, where every key block is full: by default
+// the same as above. Where they differ, launch_forward_kernel uses them only where their last key
+// block wastes little (wider_key_blocks_pay).
+template <int kHeadDim>
+struct ForwardUnmaskedTileConfig : ForwardTileConfig<kHeadDim> {};
+template <>
+struct ForwardUnmaskedTileConfig<128> {
+  // FA3's non-causal choice: fewer, wider key blocks per tile spread each block's fixed costs
+  // (barrier waits, row max/sum bookkeeping) over more tensor core work. Under a causal mask
+  // 176 keys lost 7-20% at 1k-2k (a diagonal block masks more of its work).
+  static constexpr ForwardTileShape kShape{128, 176, 2, true, true};
+};
+
+template <class A, class B>
+constexpr bool kSameForwardTiles = A::kShape.block_m == B::kShape.block_m && A::kShape.block_n == B::kShape.block_n &&
+                                   A::kShape.stages == B::kShape.stages &&
+                                   A::kShape.keys_ahead == B::kShape.keys_ahead &&
+                                   A::kShape.rescale_under_qk == B::kShape.rescale_under_qk;
 
 }  // namespace hopattn
