@@ -35,6 +35,13 @@ struct BackwardKernelTraits {
   static constexpr int kBlockN = Config::kBlockN;
   static constexpr int kStages = Config::kStages;
 
+  // Where the keys are split between the warpgroups, P^T feeds the dV GEMM from registers. With 64
+  // queries the dV GEMM is issued before dS^T is computed and runs under it; with 128, fp32 P^T,
+  // its 16-bit copy and dP^T (64 + 32 + 64 registers besides dK and dV) do not fit at once
+  // (ptxas then serializes the WGMMAs), so dS^T comes first and P^T's fp32 registers die as it
+  // is converted.
+  static constexpr bool kDvUnderDs = kBlockM == 64;
+
   static constexpr int kMmaWarpgroups = 2;
   // With 128 keys each warpgroup owns 64 of them. With 64 keys (d192/d256, where 64 keys per
   // warpgroup leave no registers for dK and dV) the warpgroups split the block's queries for

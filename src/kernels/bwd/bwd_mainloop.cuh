@@ -320,16 +320,12 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
         } else {
           cute::Tensor tdVrP = make_tensor(rP.data(), accumulator_as_a_operand_layout(rP.layout()));
           cute::Tensor tdKrdS = make_tensor(rdS.data(), accumulator_as_a_operand_layout(rdS.layout()));
-          if constexpr (Traits::kBlockM == 64) {
-            // The dV GEMM runs while dS^T is computed.
+          if constexpr (Traits::kDvUnderDs) {
             convert_fragment(tSrS, rP);
             issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdVrP, tdVrdOt(_, _, _, stage), tdVrdV);
             warpgroup_wait<1>();  // dP^T
             compute_ds(dpsum);
           } else {
-            // With 128 queries the fp32 P^T, its 16-bit copy and dP^T (64 + 32 + 64 registers
-            // besides dK and dV) do not fit at once; ptxas then serializes the WGMMAs. dS^T is
-            // computed first, so that P^T's fp32 registers die as it is converted.
             warpgroup_wait<0>();  // dP^T
             compute_ds(dpsum);
             convert_fragment(tSrS, rP);

@@ -1,7 +1,7 @@
-// The backward's first kernel, one CTA per (workspace row block, head, batch): D = rowsum(dO * O) and the
-// LSE in log2 units into the workspace (padding rows get D = 0 and LSE = +inf, which makes their
-// P exactly 0 in the main kernel), and the block's dQ accumulator and semaphore cleared, so every
-// call starts from zero whatever the workspace held.
+// The backward's first kernel, one CTA per (workspace row block, head, batch): D = rowsum(dO * O)
+// and the LSE in log2 units into the workspace (padding rows get D = 0 and LSE = +inf, which makes
+// their P exactly 0 in the main kernel), and the block's dQ accumulator and semaphores cleared, so
+// every call starts from zero whatever the workspace held.
 #pragma once
 
 #include <cuda_runtime.h>

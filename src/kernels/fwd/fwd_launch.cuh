@@ -102,7 +102,7 @@ cudaError_t launch_forward_kernel(const Problem& problem, const ForwardTensors& 
   using Element = typename CutlassElement<kDType>::type;
   using AnyMask = ForwardTileConfig<kHeadDim>;
   using Unmasked = ForwardUnmaskedTileConfig<kHeadDim>;
-  if constexpr (!kSameForwardTiles<AnyMask, Unmasked>) {
+  if constexpr (!(AnyMask::kShape == Unmasked::kShape)) {
     using forward_launch_detail::wider_key_blocks_pay;
     if (problem.mask.unbounded() && wider_key_blocks_pay(problem.max_seqlen_k, Unmasked::kShape.block_n)) {
       return forward_launch_detail::launch_forward_tiles<ForwardKernelTraits<Element, kHeadDim, Unmasked>>(

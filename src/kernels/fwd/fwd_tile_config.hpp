@@ -16,6 +16,11 @@ namespace hopattn {
 struct ForwardTileShape {
   int block_m, block_n, stages;
   bool keys_ahead, rescale_under_qk;
+
+  constexpr bool operator==(const ForwardTileShape& o) const {
+    return block_m == o.block_m && block_n == o.block_n && stages == o.stages && keys_ahead == o.keys_ahead &&
+           rescale_under_qk == o.rescale_under_qk;
+  }
 };
 
 template <int kHeadDim>
@@ -55,11 +60,5 @@ struct ForwardUnmaskedTileConfig<128> {
   // 176 keys lost 7-20% at 1k-2k (a diagonal block masks more of its work).
   static constexpr ForwardTileShape kShape{128, 176, 2, true, true};
 };
-
-template <class A, class B>
-constexpr bool kSameForwardTiles = A::kShape.block_m == B::kShape.block_m && A::kShape.block_n == B::kShape.block_n &&
-                                   A::kShape.stages == B::kShape.stages &&
-                                   A::kShape.keys_ahead == B::kShape.keys_ahead &&
-                                   A::kShape.rescale_under_qk == B::kShape.rescale_under_qk;
 
 }  // namespace hopattn
