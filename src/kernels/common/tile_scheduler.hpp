@@ -5,10 +5,10 @@
 // give CTA 0 the longest tile of every round).
 //
 // The order serves two goals. Longest first: within a section, tiles go from the last m_block to
-// the first, and under a causal mask (bottom-right aligned) the last query blocks see the most
-// keys, so the short tiles form the tail. L2 reuse: (batch, head) pairs are grouped into sections
-// whose K and V fit in about half of L2, and a section's tiles run together, so each K/V tile is
-// read from HBM about once however many query blocks share it.
+// the first, each m_block over the section's (batch, head) pairs, and under a causal mask
+// (bottom-right aligned) the last query blocks see the most keys, so the short tiles form the
+// tail. L2 reuse: a section's tiles run together, so each K/V tile is read from HBM about once
+// however many query blocks share it. The launch sizes the sections (see launch_forward_kernel).
 #pragma once
 
 #include "kernels/common/host_device.hpp"
@@ -50,24 +50,28 @@ struct TileScheduler {
     return w;
   }
 
-  // kv_bytes_per_head: K and V bytes one KV head's sequence occupies (0: a single section, one
-  // longest-first order over all tiles); group: query heads per KV head; min_section_tiles: a
+  // group: query heads per KV head; kv_heads_per_section: KV heads whose query heads form one
+  // section (<= 0: every pair in one section, a single longest-first order); min_section_tiles: a
   // section holds at least this many tiles (0: no minimum).
-  static TileScheduler make(int num_m_blocks, int heads, int batch, long long kv_bytes_per_head, int group,
-                            long long l2_bytes, long long min_section_tiles) {
+  static TileScheduler make(int num_m_blocks, int heads, int batch, int group, long long kv_heads_per_section,
+                            long long min_section_tiles) {
     TileScheduler s;
     s.num_m_blocks = num_m_blocks;
     s.heads = heads;
     s.batch = batch;
     const long long all_pairs = static_cast<long long>(heads) * batch;
-    long long kv_heads = kv_bytes_per_head > 0 ? (l2_bytes / 2) / kv_bytes_per_head : all_pairs;
-    if (kv_heads < 1) kv_heads = 1;
-    long long pairs = kv_heads * group;
+    long long pairs = kv_heads_per_section > 0 ? kv_heads_per_section * group : all_pairs;
     if (num_m_blocks > 0 && pairs * num_m_blocks < min_section_tiles) {
       pairs = (min_section_tiles + num_m_blocks - 1) / num_m_blocks;
     }
     s.section_pairs = static_cast<int>(pairs < all_pairs ? pairs : (all_pairs > 0 ? all_pairs : 1));
     return s;
+  }
+
+  // How many KV heads' K and V fit in `bytes` (at least one).
+  static long long kv_heads_within(long long bytes, long long kv_bytes_per_head) {
+    const long long n = kv_bytes_per_head > 0 ? bytes / kv_bytes_per_head : 1;
+    return n > 1 ? n : 1;
   }
 };
 

@@ -52,23 +52,30 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   params.lse = t.lse;
   params.scale_log2 = p.softmax_scale * 1.44269504088896340736f;
   const int num_m_blocks = (p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-  // Sections of heads whose K/V fit in half of L2 keep K/V tiles in L2 while all query blocks of a
-  // head read them; without a mask every tile has the same length and that is all that matters.
+  // Without a mask every tile has the same length and only L2 reuse matters: one KV head per
+  // section, so the m_blocks of a head run side by side and a round of the grid reads the K/V of a
+  // few heads (as cuDNN orders it). Sections of heads whose K/V fit in half of L2 read 2.5x more
+  // from HBM at d128 2k (ncu: 650 MB against cuDNN's 260 MB) and lost a few percent.
   // Under a mask tile lengths vary, and the zig-zag balances the CTAs only where lengths fall
   // steadily over a few rounds. Measured on the H200 (docs/perf-log.md): with few (batch, head)
   // pairs (at least 2 CTAs per pair) one global longest-first order is best, since several CTAs
   // still share each head's K/V; with many pairs that order makes every CTA stream its own head
-  // from HBM, and sections spanning at least 4 rounds of the grid are best.
+  // from HBM, and sections of heads whose K/V fit in half of L2, spanning at least 4 rounds of
+  // the grid, are best.
   constexpr long long kMinCtasPerPair = 2;
   constexpr long long kMinMaskedRounds = 4;
   const long long grid = std::max(device.multiprocessors, 1);
   const long long pairs = static_cast<long long>(p.heads) * p.batch;
-  const bool global_order = !p.mask.unbounded() && grid >= kMinCtasPerPair * pairs;
-  const long long kv_bytes_per_head =
-      global_order ? 0 : 2LL * p.max_seqlen_k * Traits::kHeadDim * sizeof(Element);
-  params.scheduler =
-      TileScheduler::make(num_m_blocks, p.heads, p.batch, kv_bytes_per_head, p.heads / p.heads_kv, device.l2_bytes,
-                          p.mask.unbounded() ? 0 : kMinMaskedRounds * grid);
+  const long long kv_bytes_per_head = 2LL * p.max_seqlen_k * Traits::kHeadDim * sizeof(Element);
+  const int group = p.heads / p.heads_kv;
+  if (p.mask.unbounded()) {
+    params.scheduler = TileScheduler::make(num_m_blocks, p.heads, p.batch, group, /*kv_heads_per_section=*/1, 0);
+  } else {
+    const bool global_order = grid >= kMinCtasPerPair * pairs;
+    const long long kv_heads =
+        global_order ? 0 : TileScheduler::kv_heads_within(device.l2_bytes / 2, kv_bytes_per_head);
+    params.scheduler = TileScheduler::make(num_m_blocks, p.heads, p.batch, group, kv_heads, kMinMaskedRounds * grid);
+  }
   return params;
 }
 
@@ -81,11 +88,15 @@ inline bool wider_key_blocks_pay(long long seqlen_k, int block_n) {
 }
 
 template <class Traits>
-cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& tensors, const DeviceLimits& device,
-                                 cudaStream_t stream) {
-  const ForwardParams<Traits> params = make_forward_params<Traits>(problem, tensors, device);
+cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& tensors, int* tile_counter,
+                                 const DeviceLimits& device, cudaStream_t stream) {
+  ForwardParams<Traits> params = make_forward_params<Traits>(problem, tensors, device);
   const int tiles = params.scheduler.total_tiles();
   if (tiles == 0) return cudaSuccess;
+  if (tile_counter != nullptr) {
+    if (cudaError_t e = cudaMemsetAsync(tile_counter, 0, sizeof(int), stream); e != cudaSuccess) return e;
+    params.tile_counter = tile_counter;
+  }
 
   constexpr auto* kernel = &forward_kernel<Traits>;
   if (cudaError_t e = allow_shared_bytes<kernel>(Traits::kSharedBytes); e != cudaSuccess) return e;
@@ -97,8 +108,8 @@ cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& t
 }  // namespace forward_launch_detail
 
 template <DType kDType, int kHeadDim>
-cudaError_t launch_forward_kernel(const Problem& problem, const ForwardTensors& tensors, const DeviceLimits& device,
-                                  cudaStream_t stream) {
+cudaError_t launch_forward_kernel(const Problem& problem, const ForwardTensors& tensors, int* tile_counter,
+                                  const DeviceLimits& device, cudaStream_t stream) {
   using Element = typename CutlassElement<kDType>::type;
   using AnyMask = ForwardTileConfig<kHeadDim>;
   using Unmasked = ForwardUnmaskedTileConfig<kHeadDim>;
@@ -106,11 +117,11 @@ cudaError_t launch_forward_kernel(const Problem& problem, const ForwardTensors& 
     using forward_launch_detail::wider_key_blocks_pay;
     if (problem.mask.unbounded() && wider_key_blocks_pay(problem.max_seqlen_k, Unmasked::kShape.block_n)) {
       return forward_launch_detail::launch_forward_tiles<ForwardKernelTraits<Element, kHeadDim, Unmasked>>(
-          problem, tensors, device, stream);
+          problem, tensors, tile_counter, device, stream);
     }
   }
   return forward_launch_detail::launch_forward_tiles<ForwardKernelTraits<Element, kHeadDim, AnyMask>>(
-      problem, tensors, device, stream);
+      problem, tensors, tile_counter, device, stream);
 }
 
 }  // namespace hopattn
