@@ -129,16 +129,6 @@ struct Workspace {
 // Computes O (and LSE) on `stream`. Validates all arguments first; nothing is launched on error.
 Status forward(const ForwardArgs& args, Stream stream);
 
-// Device workspace the forward can use for these arguments (may be 0). With it the kernel's CTAs
-// take tiles from a counter as they finish (a dynamic schedule, which balances uneven tiles and
-// SMs); without it (the overload above) they follow a static one. Either gives the same result.
-Status forward_workspace_size(const ForwardArgs& args, size_t* bytes);
-
-// forward() with `workspace` (at least forward_workspace_size bytes, contents undefined on entry).
-// The call resets it on `stream` first, so it may be reused right away on the same stream but not
-// by calls running at the same time on other streams.
-Status forward(const ForwardArgs& args, Workspace workspace, Stream stream);
-
 // Device workspace the backward needs for these arguments (may be 0).
 Status backward_workspace_size(const BackwardArgs& args, size_t* bytes);
 

@@ -208,12 +208,8 @@ def forward_impl(
         int(window_right),
         varlen_fields,
     )
-    # The workspace holds the kernel's tile counter (dynamic schedule), from the caching allocator.
-    workspace_bytes = _capi.forward_workspace_size(args)
-    workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device) if workspace_bytes else None
     with _OnDevice(q.device) as stream:
-        _capi.forward_with_workspace(args, workspace.data_ptr() if workspace is not None else 0, workspace_bytes,
-                                     stream)
+        _capi.forward(args, stream)
     return out, lse
 
 

@@ -15,26 +15,7 @@ Status forward(const ForwardArgs& args, Stream stream) {
   ForwardTensors tensors;
   if (Status s = validate_forward(args, &problem, &tensors); !s.ok()) return s;
   if (Status s = check_current_device(); !s.ok()) return s;
-  return run_forward(problem, tensors, nullptr, stream);
-}
-
-Status forward_workspace_size(const ForwardArgs& args, size_t* bytes) {
-  if (bytes == nullptr) return Status(StatusCode::kInvalidArgument, "bytes is null");
-  Problem problem;
-  ForwardTensors tensors;
-  if (Status s = validate_forward(args, &problem, &tensors); !s.ok()) return s;
-  *bytes = forward_workspace_bytes(problem, tensors);
-  return Status();
-}
-
-Status forward(const ForwardArgs& args, Workspace workspace, Stream stream) {
-  Problem problem;
-  ForwardTensors tensors;
-  if (Status s = validate_forward(args, &problem, &tensors); !s.ok()) return s;
-  const size_t required = forward_workspace_bytes(problem, tensors);
-  if (Status s = validate_workspace(workspace, required, "forward"); !s.ok()) return s;
-  if (Status s = check_current_device(); !s.ok()) return s;
-  return run_forward(problem, tensors, required > 0 ? static_cast<int*>(workspace.data) : nullptr, stream);
+  return run_forward(problem, tensors, stream);
 }
 
 Status backward_workspace_size(const BackwardArgs& args, size_t* bytes) {
@@ -50,9 +31,7 @@ Status backward(const BackwardArgs& args, Workspace workspace, Stream stream) {
   Problem problem;
   BackwardTensors tensors;
   if (Status s = validate_backward(args, &problem, &tensors); !s.ok()) return s;
-  if (Status s = validate_workspace(workspace, backward_workspace_bytes(problem, tensors), "backward"); !s.ok()) {
-    return s;
-  }
+  if (Status s = validate_workspace(workspace, backward_workspace_bytes(problem, tensors)); !s.ok()) return s;
   if (Status s = check_current_device(); !s.ok()) return s;
   return run_backward(problem, tensors, workspace.data, args.deterministic, stream);
 }

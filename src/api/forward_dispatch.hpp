@@ -13,14 +13,8 @@ namespace hopattn {
 // but is not given to TMA, which may reject such a descriptor; those calls take the simple path.
 bool has_broadcast_input(const Problem& p, const RowTensor& q, const RowTensor& k, const RowTensor& v);
 
-// Workspace bytes forward() can use for a validated problem: the Hopper kernel's tile counter
-// (0 where the problem takes the simple kernel).
-size_t forward_workspace_bytes(const Problem& problem, const ForwardTensors& tensors);
-
 // The forward of a validated problem: the Hopper kernel, or for the corner cases it does not take
-// (no keys at all, stride-0 broadcast inputs) the simple reference kernel at fp32. With
-// `tile_counter` (forward_workspace_bytes of device memory) the kernel schedules its tiles
-// dynamically.
-Status run_forward(const Problem& problem, const ForwardTensors& tensors, int* tile_counter, cudaStream_t stream);
+// (no keys at all, stride-0 broadcast inputs) the simple reference kernel at fp32.
+Status run_forward(const Problem& problem, const ForwardTensors& tensors, cudaStream_t stream);
 
 }  // namespace hopattn

@@ -10,7 +10,7 @@ namespace hopattn {
 Status validate_forward(const ForwardArgs& args, Problem* problem, ForwardTensors* tensors);
 Status validate_backward(const BackwardArgs& args, Problem* problem, BackwardTensors* tensors);
 
-// Checks a caller's workspace against the bytes a forward or backward (`direction`) needs.
-Status validate_workspace(const Workspace& workspace, size_t required_bytes, const char* direction);
+// Checks a caller's workspace against the bytes a backward needs.
+Status validate_workspace(const Workspace& workspace, size_t required_bytes);
 
 }  // namespace hopattn

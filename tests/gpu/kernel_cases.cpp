@@ -144,15 +144,6 @@ bool built_for(DType dtype, int head_dim) {
   return dtype_built && dim_built;
 }
 
-Status call_forward(const AttentionCase& c, const Outputs& out, DeviceBuffer& workspace, cudaStream_t stream) {
-  const ForwardArgs args = c.forward_args(out);
-  size_t bytes = 0;
-  if (Status s = forward_workspace_size(args, &bytes); !s.ok()) return s;
-  if (workspace.bytes() < bytes) workspace = DeviceBuffer(bytes);
-  if (stream == nullptr && workspace.bytes() > 0) workspace.fill_bytes(0x7F);  // the call resets what it uses
-  return forward(args, Workspace{workspace.data(), bytes}, stream);
-}
-
 Status call_backward(const AttentionCase& c, const Outputs& fwd, const Outputs& grads, bool deterministic,
                      cudaStream_t stream) {
   BackwardArgs args = c.backward_args(fwd, grads);

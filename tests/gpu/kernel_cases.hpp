@@ -12,7 +12,6 @@
 
 #include "hopattn/hopattn.hpp"
 #include "testing/attention_case.hpp"
-#include "testing/device_buffer.hpp"
 
 namespace hopattn::testing {
 
@@ -28,11 +27,6 @@ std::vector<NamedCase> special_cases();
 // Captures `call` (given the stream) into a CUDA graph on a side stream, replays it `replays` times
 // and waits; returns the status `call` returned during the capture.
 Status capture_and_replay(const std::function<Status(cudaStream_t)>& call, int replays);
-
-// forward() with a workspace (the dynamic schedule, the path the Python package takes) into
-// `out`. The workspace is `workspace`, grown to forward_workspace_size and poisoned first when
-// not capturing (stream == nullptr); it must outlive a captured graph.
-Status call_forward(const AttentionCase& c, const Outputs& out, DeviceBuffer& workspace, cudaStream_t stream = nullptr);
 
 // backward() of the forward that wrote `fwd` (its O and LSE) on the case's inputs, into `grads`,
 // with a workspace sized by backward_workspace_size and poisoned first (when not capturing, i.e.

@@ -37,14 +37,12 @@ void expect_ok(const ErrorReport& r) {
   EXPECT_TRUE(r.ok) << r.str();
 }
 
-// forward() (with a workspace: the dynamic schedule) on fresh random inputs into poisoned outputs,
-// checked against the float64 GPU oracle. A configuration the build left out must say so
-// (kNotSupported naming the CMake option).
+// forward() on fresh random inputs into poisoned outputs, checked against the float64 GPU oracle.
+// A configuration the build left out must say so (kNotSupported naming the CMake option).
 void check_forward(const CaseSpec& spec) {
   AttentionCase c(spec);
   const Outputs out = c.new_outputs();
-  static DeviceBuffer* workspace = new DeviceBuffer();  // never freed: no CUDA call after exit
-  const Status s = call_forward(c, out, *workspace);
+  const Status s = forward(c.forward_args(out), nullptr);
   if (!built_for(spec.dtype, spec.head_dim)) {
     EXPECT_EQ(s.code(), StatusCode::kNotSupported) << s.message();
     EXPECT_NE(s.message().find("HOPATTN_"), std::string::npos) << s.message();
@@ -61,34 +59,6 @@ INSTANTIATE_TEST_SUITE_P(Sweep, ForwardSweep, ::testing::ValuesIn(sweep_cases())
                          [](const auto& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(Special, ForwardSweep, ::testing::ValuesIn(special_cases()),
                          [](const auto& info) { return info.param.name; });
-
-// Without a workspace the tiles follow a static schedule; each tile's arithmetic is the same
-// either way, so both schedules agree bitwise (masks, varlen with empty sequences, GQA, the
-// 176-key d128 tile, a grid with more tiles than SMs and one with fewer).
-TEST_F(ForwardKernel, StaticAndDynamicSchedulesAgreeBitwise) {
-  std::vector<CaseSpec> specs(5);
-  specs[0].head_dim = 128, specs[0].seqlen_q = 1500, specs[0].seqlen_k = 1700, specs[0].batch = 3;
-  specs[1].head_dim = 64, specs[1].seqlen_q = specs[1].seqlen_k = 2000, specs[1].causal = true;
-  specs[2].head_dim = 256, specs[2].seqlen_q = 700, specs[2].seqlen_k = 900, specs[2].window_left = 100,
-  specs[2].window_right = 30;
-  specs[3].head_dim = 128, specs[3].heads = 8, specs[3].heads_kv = 2, specs[3].causal = true;
-  specs[3].varlen_seqlens_q = {0, 513, 1, 1200}, specs[3].varlen_seqlens_k = {30, 600, 0, 1100};
-  specs[4].head_dim = 128, specs[4].seqlen_q = 9000, specs[4].seqlen_k = 8800;  // 176 keys per block
-  for (size_t i = 0; i < specs.size(); ++i) {
-    specs[i].seed = 900 + static_cast<int>(i);
-    if (!built_for(specs[i].dtype, specs[i].head_dim)) continue;
-    AttentionCase c(specs[i]);
-    const Outputs fixed = c.new_outputs(), dynamic = c.new_outputs();
-    DeviceBuffer workspace;
-    ASSERT_TRUE(forward(c.forward_args(fixed), nullptr).ok());
-    ASSERT_TRUE(call_forward(c, dynamic, workspace).ok());
-    check_cuda(cudaDeviceSynchronize(), "forward");
-    for (Field f : {Field::kO, Field::kLse}) {
-      const Downloaded a = c.download(fixed, f), b = c.download(dynamic, f);
-      EXPECT_EQ(0, std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(double))) << "case " << i;
-    }
-  }
-}
 
 // K and V given once for the whole batch (batch stride 0) read as if each sequence had its copy.
 TEST_F(ForwardKernel, BroadcastKeysAndValuesMatchTheirCopies) {
@@ -135,12 +105,10 @@ TEST_F(ForwardKernel, CapturedInCudaGraphMatchesDirectCall) {
   if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
   AttentionCase c(spec);
   const Outputs direct = c.new_outputs(), graphed = c.new_outputs();
-  DeviceBuffer workspace;
-  ASSERT_TRUE(call_forward(c, direct, workspace).ok());
+  ASSERT_TRUE(forward(c.forward_args(direct), nullptr).ok());
   check_cuda(cudaDeviceSynchronize(), "direct forward");
 
-  // The graph holds the workspace reset and the kernel: each replay schedules from a zero counter.
-  const Status s = capture_and_replay([&](cudaStream_t stream) { return call_forward(c, graphed, workspace, stream); }, 3);
+  const Status s = capture_and_replay([&](cudaStream_t stream) { return forward(c.forward_args(graphed), stream); }, 3);
   ASSERT_TRUE(s.ok()) << s.message();
   for (Field f : {Field::kO, Field::kLse}) {
     const Downloaded a = c.download(direct, f), b = c.download(graphed, f);
@@ -148,8 +116,8 @@ TEST_F(ForwardKernel, CapturedInCudaGraphMatchesDirectCall) {
   }
 }
 
-// Several host threads calling forward() at once on their own streams (each with its workspace)
-// get the single-threaded results bitwise.
+// Several host threads calling forward() at once on their own streams get the single-threaded
+// results bitwise.
 TEST_F(ForwardKernel, ConcurrentCallsFromHostThreads) {
   constexpr int kThreads = 4, kCallsPerThread = 5;
   std::vector<CaseSpec> specs(kThreads);
@@ -176,9 +144,8 @@ TEST_F(ForwardKernel, ConcurrentCallsFromHostThreads) {
     threads.emplace_back([&, t] {
       cudaStream_t stream;
       cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-      DeviceBuffer workspace;
       for (int i = 0; i < kCallsPerThread; ++i) {
-        const Status s = call_forward(cases[t], got[t], workspace, stream);
+        const Status s = forward(cases[t].forward_args(got[t]), stream);
         if (!s.ok()) failures[t] = s;
       }
       cudaStreamSynchronize(stream);

@@ -185,21 +185,6 @@ def test_backward_checks_the_workspace_before_the_device(lib):
         _capi.backward(args, 0, 0, None)
 
 
-def test_forward_workspace_size_is_the_tile_counter(lib):
-    assert _capi.forward_workspace_size(_forward_args()) == 16
-    assert _capi.forward_workspace_size(_forward_args(causal=1, left=16)) == 16
-
-
-def test_forward_checks_the_workspace_before_the_device(lib):
-    args = _forward_args()
-    with pytest.raises(ValueError, match="workspace.data is null but this forward needs 16 bytes"):
-        _capi.forward_with_workspace(args, 0, 0, None)
-    with pytest.raises(ValueError, match="workspace.bytes is 8 but this forward needs 16"):
-        _capi.forward_with_workspace(args, _address(), 8, None)
-    with pytest.raises(ValueError, match="o.shape"):  # the arguments are checked first
-        _capi.forward_workspace_size(_forward_args(o=_t((B, SQ + 1, H, D))))
-
-
 def _varlen_tensors(total_q=100, total_k=90):
     return dict(
         q=_t((total_q, H, D)), k=_t((total_k, HKV, D)), v=_t((total_k, HKV, D)), o=_t((total_q, H, D)),

@@ -30,20 +30,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) forward_kernel(CUTE_GRID_
   const auto pipeline_params = tma_pipeline_params<Pipeline>(warpgroup, Traits::kKVBytes, Traits::kConsumerThreads);
   Pipeline pipeline_k(smem.pipeline_k, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
   Pipeline pipeline_v(smem.pipeline_v, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
-  typename Traits::TilePipeline::Params tile_params;
-  tile_params.role = warpgroup == 0 ? Traits::TilePipeline::ThreadCategory::Producer
-                                    : Traits::TilePipeline::ThreadCategory::Consumer;
-  tile_params.producer_arv_count = cutlass::NumThreadsPerWarp;  // the whole producer warp arrives
-  tile_params.consumer_arv_count = Traits::kConsumerThreads;
-  typename Traits::TilePipeline tile_pipeline(smem.tile_pipeline, tile_params);
   __syncthreads();  // barriers initialised before anyone waits on them
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
-    if (warp == 0) forward_producer<Traits>(params, smem, pipeline_k, pipeline_v, tile_pipeline);
+    if (warp == 0) forward_producer<Traits>(params, smem, pipeline_k, pipeline_v);
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
-    forward_consumer<Traits>(params, smem, pipeline_k, pipeline_v, tile_pipeline);
+    forward_consumer<Traits>(params, smem, pipeline_k, pipeline_v);
   }
 #endif
 }

@@ -73,7 +73,6 @@ struct ForwardKernelTraits {
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
-  using TilePipeline = cutlass::PipelineAsync<2>;
 
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
@@ -84,8 +83,6 @@ struct ForwardKernelTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>, 1024> v;
     cutlass::arch::ClusterTransactionBarrier q_full;
-    int next_tile[2];  // dynamic schedule: tiles the producer hands to the consumers (TileFeed)
-    typename TilePipeline::SharedStorage tile_pipeline;
     typename Pipeline::SharedStorage pipeline_k;
     typename Pipeline::SharedStorage pipeline_v;
   };

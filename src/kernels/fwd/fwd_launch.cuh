@@ -55,7 +55,7 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   // Without a mask every tile has the same length and only L2 reuse matters: one KV head per
   // section, so the m_blocks of a head run side by side and a round of the grid reads the K/V of a
   // few heads (as cuDNN orders it). Sections of heads whose K/V fit in half of L2 read 2.5x more
-  // from HBM at d128 2k (ncu: 650 MB against cuDNN's 260 MB) and lost a few percent.
+  // from HBM at d128 2k (ncu: 650 MB against cuDNN's 260 MB) and ran 2-3% slower at d128.
   // Under a mask tile lengths vary, and the zig-zag balances the CTAs only where lengths fall
   // steadily over a few rounds. Measured on the H200 (docs/perf-log.md): with few (batch, head)
   // pairs (at least 2 CTAs per pair) one global longest-first order is best, since several CTAs
@@ -88,15 +88,11 @@ inline bool wider_key_blocks_pay(long long seqlen_k, int block_n) {
 }
 
 template <class Traits>
-cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& tensors, int* tile_counter,
-                                 const DeviceLimits& device, cudaStream_t stream) {
-  ForwardParams<Traits> params = make_forward_params<Traits>(problem, tensors, device);
+cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& tensors, const DeviceLimits& device,
+                                 cudaStream_t stream) {
+  const ForwardParams<Traits> params = make_forward_params<Traits>(problem, tensors, device);
   const int tiles = params.scheduler.total_tiles();
   if (tiles == 0) return cudaSuccess;
-  if (tile_counter != nullptr) {
-    if (cudaError_t e = cudaMemsetAsync(tile_counter, 0, sizeof(int), stream); e != cudaSuccess) return e;
-    params.tile_counter = tile_counter;
-  }
 
   constexpr auto* kernel = &forward_kernel<Traits>;
   if (cudaError_t e = allow_shared_bytes<kernel>(Traits::kSharedBytes); e != cudaSuccess) return e;
@@ -108,8 +104,8 @@ cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& t
 }  // namespace forward_launch_detail
 
 template <DType kDType, int kHeadDim>
-cudaError_t launch_forward_kernel(const Problem& problem, const ForwardTensors& tensors, int* tile_counter,
-                                  const DeviceLimits& device, cudaStream_t stream) {
+cudaError_t launch_forward_kernel(const Problem& problem, const ForwardTensors& tensors, const DeviceLimits& device,
+                                  cudaStream_t stream) {
   using Element = typename CutlassElement<kDType>::type;
   using AnyMask = ForwardTileConfig<kHeadDim>;
   using Unmasked = ForwardUnmaskedTileConfig<kHeadDim>;
@@ -117,11 +113,11 @@ cudaError_t launch_forward_kernel(const Problem& problem, const ForwardTensors& 
     using forward_launch_detail::wider_key_blocks_pay;
     if (problem.mask.unbounded() && wider_key_blocks_pay(problem.max_seqlen_k, Unmasked::kShape.block_n)) {
       return forward_launch_detail::launch_forward_tiles<ForwardKernelTraits<Element, kHeadDim, Unmasked>>(
-          problem, tensors, tile_counter, device, stream);
+          problem, tensors, device, stream);
     }
   }
   return forward_launch_detail::launch_forward_tiles<ForwardKernelTraits<Element, kHeadDim, AnyMask>>(
-      problem, tensors, tile_counter, device, stream);
+      problem, tensors, device, stream);
 }
 
 }  // namespace hopattn

@@ -34,69 +34,9 @@ struct ForwardSmemTensors {
   }
 };
 
-// Which tile a CTA works on in each round. Static schedule (no tile counter): every role computes
-// it from the round (TileScheduler::linear_tile). Dynamic schedule: a CTA's first tile is its
-// index and each later one is claimed from a global counter by the producer warp, which hands it
-// to the consumers through a two-slot ring in shared memory (its own full/empty mbarriers, so
-// neither side waits for the other's warpgroups to line up). A CTA that finishes early takes more
-// tiles, so slow and fast SMs end together.
-template <class Traits>
-class TileFeed {
- public:
-  using Pipeline = typename Traits::TilePipeline;
-
-  // The producer starts from cutlass::make_producer_start_state, the consumers from {}.
-  CUTE_DEVICE TileFeed(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem, Pipeline& pipeline,
-                       typename Pipeline::PipelineState state)
-      : params_(params), smem_(smem), pipeline_(pipeline), state_(state) {}
-
-  CUTE_DEVICE int total_tiles() const { return params_.scheduler.total_tiles(); }
-
-  // Producer warp, once per round: the round's tile, handed to the consumers. `claimed` is what
-  // claim() returned in the previous round.
-  CUTE_DEVICE int producer_tile(int round, int claimed) {
-    const int linear = !dynamic()  ? TileScheduler::linear_tile(round, blockIdx.x, gridDim.x)
-                       : round == 0 ? static_cast<int>(blockIdx.x)
-                                    : __reduce_max_sync(0xffffffff, claimed);
-    if (dynamic()) {
-      pipeline_.producer_acquire(state_);
-      smem_.next_tile[state_.index()] = linear;
-      pipeline_.producer_commit(state_);
-      ++state_;
-    }
-    return linear;
-  }
-  // Producer warp: claims the tile after this one. Issued early, so the atomic's latency hides
-  // behind the current tile's loads; one lane holds the result.
-  CUTE_DEVICE int claim() const {
-    int claimed = 0;
-    if (dynamic() && cute::elect_one_sync()) claimed = atomicAdd(params_.tile_counter, 1) + static_cast<int>(gridDim.x);
-    return claimed;
-  }
-
-  // Consumer threads, once per round.
-  CUTE_DEVICE int consumer_tile(int round) {
-    if (!dynamic()) return TileScheduler::linear_tile(round, blockIdx.x, gridDim.x);
-    pipeline_.consumer_wait(state_);
-    const int linear = smem_.next_tile[state_.index()];
-    pipeline_.consumer_release(state_);
-    ++state_;
-    return linear;
-  }
-
- private:
-  CUTE_DEVICE bool dynamic() const { return params_.tile_counter != nullptr; }
-
-  const ForwardParams<Traits>& params_;
-  typename Traits::SharedStorage& smem_;
-  Pipeline& pipeline_;
-  typename Pipeline::PipelineState state_;
-};
-
 template <class Traits>
 CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem,
-                                  typename Traits::Pipeline& pipeline_k, typename Traits::Pipeline& pipeline_v,
-                                  typename Traits::TilePipeline& tile_pipeline) {
+                                  typename Traits::Pipeline& pipeline_k, typename Traits::Pipeline& pipeline_v) {
   using namespace cute;
   using Smem = ForwardSmemTensors<Traits>;
   cute::Tensor sQ = Smem::q(smem);
@@ -110,12 +50,10 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   auto state_v = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   const bool leader = threadIdx.x == 0;
   bool first_q = true;
-  TileFeed<Traits> feed(params, smem, tile_pipeline,
-                        cutlass::make_producer_start_state<typename Traits::TilePipeline>());
-  for (int round = 0, claimed = 0;; ++round) {
-    const int linear = feed.producer_tile(round, claimed);
-    if (linear >= feed.total_tiles()) break;
-    claimed = feed.claim();
+  const int total_tiles = params.scheduler.total_tiles();
+  for (int round = 0;; ++round) {
+    const int linear = TileScheduler::linear_tile(round, blockIdx.x, gridDim.x);
+    if (linear >= total_tiles) break;
     const ForwardTile t = make_forward_tile(params, linear);
     if (t.n_blocks.empty()) continue;  // the consumers write this tile without loading anything
 
@@ -205,8 +143,7 @@ CUTE_DEVICE bool any_factor_below_one(const float (&rescale)[kRows]) {
 
 template <class Traits>
 CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem,
-                                  typename Traits::Pipeline& pipeline_k, typename Traits::Pipeline& pipeline_v,
-                                  typename Traits::TilePipeline& tile_pipeline) {
+                                  typename Traits::Pipeline& pipeline_k, typename Traits::Pipeline& pipeline_v) {
   using namespace cute;
   using Element = typename Traits::Element;
   using Smem = ForwardSmemTensors<Traits>;
@@ -234,10 +171,10 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
   const float factor = prescale ? 1.f : params.scale_log2;
   turns.start();
 
-  TileFeed<Traits> feed(params, smem, tile_pipeline, {});
+  const int total_tiles = params.scheduler.total_tiles();
   for (int round = 0;; ++round) {
-    const int linear = feed.consumer_tile(round);
-    if (linear >= feed.total_tiles()) break;
+    const int linear = TileScheduler::linear_tile(round, blockIdx.x, gridDim.x);
+    if (linear >= total_tiles) break;
     const ForwardTile t = make_forward_tile(params, linear);
     if (!t.has_rows(Traits::kBlockM)) continue;
     if (t.n_blocks.empty()) {

@@ -47,7 +47,6 @@ struct ForwardParams {
   RowTensor lse;       // lse.data may be null
   float scale_log2;    // softmax_scale * log2(e)
   TileScheduler scheduler;
-  int* tile_counter;   // zero at launch: tiles are claimed from it (dynamic schedule); null: static
 };
 
 }  // namespace hopattn
