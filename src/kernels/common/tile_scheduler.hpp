@@ -8,7 +8,7 @@
 // the first, each m_block over the section's (batch, head) pairs, and under a causal mask
 // (bottom-right aligned) the last query blocks see the most keys, so the short tiles form the
 // tail. L2 reuse: a section's tiles run together, so each K/V tile is read from HBM about once
-// however many query blocks share it. The launch sizes the sections (see launch_forward_kernel).
+// however many query blocks share it. The launch sizes the sections (make_forward_params).
 #pragma once
 
 #include "kernels/common/host_device.hpp"

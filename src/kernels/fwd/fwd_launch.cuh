@@ -62,20 +62,18 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   // still share each head's K/V; with many pairs that order makes every CTA stream its own head
   // from HBM, and sections of heads whose K/V fit in half of L2, spanning at least 4 rounds of
   // the grid, are best.
-  constexpr long long kMinCtasPerPair = 2;
-  constexpr long long kMinMaskedRounds = 4;
-  const long long grid = std::max(device.multiprocessors, 1);
-  const long long pairs = static_cast<long long>(p.heads) * p.batch;
-  const long long kv_bytes_per_head = 2LL * p.max_seqlen_k * Traits::kHeadDim * sizeof(Element);
   const int group = p.heads / p.heads_kv;
   if (p.mask.unbounded()) {
     params.scheduler = TileScheduler::make(num_m_blocks, p.heads, p.batch, group, /*kv_heads_per_section=*/1, 0);
-  } else {
-    const bool global_order = grid >= kMinCtasPerPair * pairs;
-    const long long kv_heads =
-        global_order ? 0 : TileScheduler::kv_heads_within(device.l2_bytes / 2, kv_bytes_per_head);
-    params.scheduler = TileScheduler::make(num_m_blocks, p.heads, p.batch, group, kv_heads, kMinMaskedRounds * grid);
+    return params;
   }
+  constexpr long long kMinCtasPerPair = 2;
+  constexpr long long kMinMaskedRounds = 4;
+  const long long grid = std::max(device.multiprocessors, 1);
+  const bool global_order = grid >= kMinCtasPerPair * static_cast<long long>(p.heads) * p.batch;
+  const long long kv_bytes_per_head = 2LL * p.max_seqlen_k * Traits::kHeadDim * sizeof(Element);
+  const long long kv_heads = global_order ? 0 : TileScheduler::kv_heads_within(device.l2_bytes / 2, kv_bytes_per_head);
+  params.scheduler = TileScheduler::make(num_m_blocks, p.heads, p.batch, group, kv_heads, kMinMaskedRounds * grid);
   return params;
 }
 
