@@ -15,6 +15,8 @@
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
 #include "kernels/bwd/bwd_params.cuh"
+#include "kernels/common/accumulator_store.cuh"
+#include "kernels/common/fast_exp2.cuh"
 #include "kernels/common/mask.hpp"
 #include "kernels/common/mma_layouts.cuh"
 #include "kernels/common/named_barriers.hpp"
@@ -282,7 +284,7 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
         const float* dpsum = smem.dpsum.data() + stage * Traits::kBlockM;
         warpgroup_wait<1>();
         CUTE_UNROLL
-        for (int i = 0; i < size(tSrS); ++i) tSrS(i) = exp2f(tSrS(i) * scale_log2 - lse_log2[get<1>(cS(i))]);
+        for (int i = 0; i < size(tSrS); ++i) tSrS(i) = fast_exp2(fmaf(tSrS(i), scale_log2, -lse_log2[get<1>(cS(i))]));
         // Boundary blocks only (a warp-uniform branch): hidden pairs get P = 0, and with it dS = 0.
         // Key k sees the queries [k - shift - right, k - shift + left] below seqlen_q (none past
         // seqlen_k): two bounds per key row, then two compares per entry.
@@ -357,24 +359,21 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
   }
 
   // Epilogue: dK (times the softmax scale) and dV of the block's real keys, in the input dtype.
-  cute::Tensor cKV = thr_kv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{}));
-  const int head_dim = params.problem.head_dim;
-  const float scale = params.problem.softmax_scale;
-  auto store = [&](const RowTensor& out, auto& acc, float factor) {
-    CUTE_UNROLL
-    for (int i = 0; i < size(acc); i += 2) {  // (i, i + 1) are neighbouring columns of one row
-      const int key = t.n_block * Traits::kBlockN + get<0>(cKV(i));
-      const int col = get<1>(cKV(i));
-      if (key >= t.seqlen_k || col >= head_dim) continue;
-      Element* row = out.at<Element>(t.batch, static_cast<long long>(t.k_offset) + key, t.head_kv);
-      cutlass::Array<Element, 2> pair;
-      pair[0] = Element(acc(i) * factor);
-      pair[1] = Element(acc(i + 1) * factor);
-      *reinterpret_cast<cutlass::Array<Element, 2>*>(row + col) = pair;
-    }
+  cute::Tensor cKV = as_row_col(thr_kv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{})));
+  const int quad_lane = thread % 4;
+  const int first_column = get<1>(cKV(0, 0)) - 2 * quad_lane;  // this warpgroup's share of the head dim
+  auto key_rows = [&](const RowTensor& out) {
+    return [&out, &t](int tile_row) -> Element* {
+      const int key = t.n_block * Traits::kBlockN + tile_row;
+      return key < t.seqlen_k ? out.at<Element>(t.batch, static_cast<long long>(t.k_offset) + key, t.head_kv) : nullptr;
+    };
   };
-  store(params.dv, tdVrdV, 1.f);
-  store(params.dk, tdKrdK, scale);
+  const int head_dim = params.problem.head_dim;
+  store_accumulator_rows<Element>(tdVrdV, cKV, first_column, head_dim, key_rows(params.dv), quad_lane);
+  const float scale = params.problem.softmax_scale;
+  CUTE_UNROLL
+  for (int i = 0; i < size(tdKrdK); ++i) tdKrdK(i) *= scale;
+  store_accumulator_rows<Element>(tdKrdK, cKV, first_column, head_dim, key_rows(params.dk), quad_lane);
 }
 
 }  // namespace hopattn

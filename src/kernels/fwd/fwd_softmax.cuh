@@ -12,13 +12,9 @@
 
 #include <cmath>
 
-namespace hopattn {
+#include "kernels/common/fast_exp2.cuh"
 
-CUTE_DEVICE float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
+namespace hopattn {
 
 template <class Op>
 CUTE_DEVICE float quad_allreduce(float x, Op op) {
