@@ -338,8 +338,14 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
           publish_scores(dq_buffer);
         }
         issue_warpgroup_gemm</*kZeroInit=*/true>(mma_dq, tdQrdS(_, _, _, stage), tdQrKt, tdQrdQ);
-        warpgroup_wait<0>();  // dV, dK and dQ
-        pipeline.consumer_release(state);
+        if constexpr (Traits::kReleaseStageBeforeDq) {
+          warpgroup_wait<1>();  // dV and dK
+          pipeline.consumer_release(state);
+          warpgroup_wait<0>();  // dQ
+        } else {
+          warpgroup_wait<0>();  // dV, dK and dQ
+          pipeline.consumer_release(state);
+        }
         ++state;
 
         // Hand the partial dQ to the writer warp in register order: conflict-free stores, and the
