@@ -10,6 +10,7 @@
 #include "kernels/bwd/bwd_postprocess.cuh"
 #include "kernels/bwd/bwd_preprocess.cuh"
 #include "kernels/common/cutlass_element.hpp"
+#include "kernels/common/grid_dependency.cuh"
 #include "kernels/common/kernel_setup.cuh"
 #include "kernels/common/tma_tensors.cuh"
 
@@ -85,13 +86,16 @@ cudaError_t launch_backward_kernels(const Problem& problem, const BackwardTensor
   if (cudaError_t e = allow_shared_bytes<kMain>(Traits::kSharedBytes); e != cudaSuccess) return e;
   const long long ctas = static_cast<long long>(backward_key_blocks(problem, Traits::kBlockN)) * problem.heads_kv *
                         problem.batch;
-  kMain<<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-
+  // Each kernel after the preprocess sets up under the previous one's last wave (grid_dependency.cuh).
+  const dim3 main_grid(static_cast<unsigned>(ctas));
   if (has_queries) {
-    backward_postprocess_kernel<Traits><<<query_blocks, Traits::kMmaThreads, 0, stream>>>(
-        problem, tensors.dq, params.workspace);
+    cudaError_t e =
+        launch_overlapping_previous(kMain, main_grid, Traits::kThreads, Traits::kSharedBytes, stream, params);
+    if (e != cudaSuccess) return e;
+    return launch_overlapping_previous(&backward_postprocess_kernel<Traits>, query_blocks, Traits::kMmaThreads, 0,
+                                       stream, problem, tensors.dq, params.workspace);
   }
+  kMain<<<main_grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
   return cudaGetLastError();
 }
 

@@ -17,6 +17,7 @@
 #include "kernels/bwd/bwd_params.cuh"
 #include "kernels/common/accumulator_store.cuh"
 #include "kernels/common/fast_exp2.cuh"
+#include "kernels/common/grid_dependency.cuh"
 #include "kernels/common/mask.hpp"
 #include "kernels/common/mma_layouts.cuh"
 #include "kernels/common/named_barriers.hpp"
@@ -81,6 +82,7 @@ CUTE_DEVICE void backward_producer(const BackwardParams<Traits>& params, typenam
     copy(params.tma_k.with(reinterpret_cast<uint64_t&>(smem.kv_full)), tKgK, tKsK);
     copy(params.tma_v.with(reinterpret_cast<uint64_t&>(smem.kv_full)), tVgV, tVsV);
   }
+  wait_for_previous_kernel();  // the preprocess writes the row statistics
 
   cute::Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);
   cute::Tensor mdO = params.tma_dout.get_tma_tensor(params.shape_q);
@@ -159,6 +161,7 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
   const int group = group_size(p);
   const int blocks = group * t.m_blocks.size();
   const bool lane0 = threadIdx.x % cutlass::NumThreadsPerWarp == 0;
+  wait_for_previous_kernel();  // the preprocess clears the dQ accumulator and the semaphores
   // Both staging buffers start empty (only the ones that will be used are announced, so that no
   // arrival is left pending at exit).
   for (int buffer = 0; buffer < Traits::kDqBuffers && buffer < blocks; ++buffer) {

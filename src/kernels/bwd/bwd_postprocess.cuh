@@ -7,6 +7,7 @@
 #include <cute/tensor.hpp>
 
 #include "kernels/bwd/bwd_params.cuh"
+#include "kernels/common/grid_dependency.cuh"
 
 namespace hopattn {
 
@@ -20,6 +21,7 @@ __global__ void __launch_bounds__(Traits::kMmaThreads) backward_postprocess_kern
   if (m_block * Traits::kBlockM >= seq.length) return;
   const long long first = ws.row_index(head, ws.sequence_row(problem.queries, batch) + m_block * Traits::kBlockM);
   const float* accum = ws.dq_accum + first * ws.head_dim;
+  wait_for_previous_kernel();  // the main kernel's last partial sums
 
   typename Traits::TiledMmaDQ mma_dq;
   cute::Tensor coords = mma_dq.get_thread_slice(threadIdx.x)

@@ -11,6 +11,7 @@
 #include <cute/config.hpp>
 
 #include "kernels/bwd/bwd_params.cuh"
+#include "kernels/common/grid_dependency.cuh"
 
 namespace hopattn {
 
@@ -28,6 +29,7 @@ __global__ void __launch_bounds__(kPreprocessThreads) backward_preprocess_kernel
   static_assert(kHeadDim / kVector <= kLanesPerRow, "a row must fit its lanes");
   constexpr int kRowsPerPass = kPreprocessThreads / kLanesPerRow;
   constexpr int kPasses = kRows / kRowsPerPass;
+  allow_next_kernel_to_start();  // the main kernel waits for this one before reading the workspace
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const Sequence seq = problem.queries.sequence(batch);
   if (m_block * kRows >= seq.length) return;  // past this sequence: no query block to prepare
