@@ -341,14 +341,10 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
           publish_scores(dq_buffer);
         }
         issue_warpgroup_gemm</*kZeroInit=*/true>(mma_dq, tdQrdS(_, _, _, stage), tdQrKt, tdQrdQ);
-        if constexpr (Traits::kReleaseStageBeforeDq) {
-          warpgroup_wait<1>();  // dV and dK
-          pipeline.consumer_release(state);
-          warpgroup_wait<0>();  // dQ
-        } else {
-          warpgroup_wait<0>();  // dV, dK and dQ
-          pipeline.consumer_release(state);
-        }
+        // dV and dK; with kReleaseStageBeforeDq the dQ GEMM may still run while the stage goes back.
+        warpgroup_wait<Traits::kReleaseStageBeforeDq ? 1 : 0>();
+        pipeline.consumer_release(state);
+        if constexpr (Traits::kReleaseStageBeforeDq) warpgroup_wait<0>();  // dQ
         ++state;
 
         // Hand the partial dQ to the writer warp in register order: conflict-free stores, and the
@@ -371,18 +367,18 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
   cute::Tensor cKV = as_row_col(thr_kv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{})));
   const int quad_lane = thread % 4;
   const int first_column = get<1>(cKV(0, 0)) - 2 * quad_lane;  // this warpgroup's share of the head dim
-  auto key_rows = [&](const RowTensor& out) {
-    return [&out, &t](int tile_row) -> Element* {
+  auto store = [&](auto const& acc, const RowTensor& out) {
+    auto key_row = [&](int tile_row) -> Element* {  // null past the sequence's last key
       const int key = t.n_block * Traits::kBlockN + tile_row;
       return key < t.seqlen_k ? out.at<Element>(t.batch, static_cast<long long>(t.k_offset) + key, t.head_kv) : nullptr;
     };
+    store_accumulator_rows<Element>(acc, cKV, first_column, params.problem.head_dim, key_row, quad_lane);
   };
-  const int head_dim = params.problem.head_dim;
-  store_accumulator_rows<Element>(tdVrdV, cKV, first_column, head_dim, key_rows(params.dv), quad_lane);
+  store(tdVrdV, params.dv);
   const float scale = params.problem.softmax_scale;
   CUTE_UNROLL
   for (int i = 0; i < size(tdKrdK); ++i) tdKrdK(i) *= scale;
-  store_accumulator_rows<Element>(tdKrdK, cKV, first_column, head_dim, key_rows(params.dk), quad_lane);
+  store(tdKrdK, params.dk);
 }
 
 }  // namespace hopattn
