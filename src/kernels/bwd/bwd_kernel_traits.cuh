@@ -53,6 +53,12 @@ struct BackwardKernelTraits {
   // S^T / dP^T and the head dim for dK / dV; P^T and dS^T then reach the dV / dK GEMMs through
   // shared memory, since neither warpgroup holds all of a key's scores.
   static constexpr bool kSplitQueries = kBlockN == 64;
+  // The dK GEMM is issued after the dQ GEMM, so that it runs while the warpgroup stores dQ to
+  // shared memory for the writer warp (instead of the tensor cores idling until the next block's
+  // S^T). Where P^T feeds dV from registers and dV is issued before dS^T exists (kDvUnderDs),
+  // P^T, dQ and dK in flight at once need more registers than there are (ptxas spills, d128
+  // measured -0.2% to -0.5%), so only the 128-query blocks take it (d64: +1-2%).
+  static constexpr bool kDqBeforeDk = !kSplitQueries && !kDvUnderDs;
   static constexpr int kScoreWarpgroups = kBlockN / 64;                      // along the keys
   static constexpr int kHeadDimSplits = kMmaWarpgroups / kScoreWarpgroups;  // of dK and dV
   static constexpr int kQuerySplits = kHeadDimSplits;                        // of S^T and dP^T

@@ -310,6 +310,9 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
           }
         }
         const int dq_buffer = block % Traits::kDqBuffers;
+        auto issue_dq = [&] {
+          issue_warpgroup_gemm</*kZeroInit=*/true>(mma_dq, tdQrdS(_, _, _, stage), tdQrKt, tdQrdQ);
+        };
         if constexpr (Traits::kSplitQueries) {
           cute::Tensor tPsP = thr_sdp.partition_C(Smem::p(smem));
           cute::Tensor tdVsP = thr_kv.partition_fragment_A(Smem::p(smem));  // (MMA, MMA_N, MMA_M, PIPE)
@@ -322,9 +325,13 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
           publish_scores(dq_buffer);
           issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdVsP(_, _, _, stage), tdVrdOt(_, _, _, stage), tdVrdV);
           issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdKsdS(_, _, _, stage), tdKrQt(_, _, _, stage), tdKrdK);
+          issue_dq();
         } else {
           cute::Tensor tdVrP = make_tensor(rP.data(), accumulator_as_a_operand_layout(rP.layout()));
           cute::Tensor tdKrdS = make_tensor(rdS.data(), accumulator_as_a_operand_layout(rdS.layout()));
+          auto issue_dk = [&] {
+            issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdKrdS, tdKrQt(_, _, _, stage), tdKrdK);
+          };
           if constexpr (Traits::kDvUnderDs) {
             convert_fragment(tSrS, rP);
             issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdVrP, tdVrdOt(_, _, _, stage), tdVrdV);
@@ -336,16 +343,20 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
             convert_fragment(tSrS, rP);
             issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdVrP, tdVrdOt(_, _, _, stage), tdVrdV);
           }
-          issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdKrdS, tdKrQt(_, _, _, stage), tdKrdK);
+          if constexpr (!Traits::kDqBeforeDk) issue_dk();
           copy(rdS, tdSsdS(_, _, _, stage));
           publish_scores(dq_buffer);
+          issue_dq();
+          if constexpr (Traits::kDqBeforeDk) issue_dk();
         }
-        issue_warpgroup_gemm</*kZeroInit=*/true>(mma_dq, tdQrdS(_, _, _, stage), tdQrKt, tdQrdQ);
-        // dV and dK; with kReleaseStageBeforeDq the dQ GEMM may still run while the stage goes back.
-        warpgroup_wait<Traits::kReleaseStageBeforeDq ? 1 : 0>();
-        pipeline.consumer_release(state);
-        if constexpr (Traits::kReleaseStageBeforeDq) warpgroup_wait<0>();  // dQ
-        ++state;
+        if constexpr (Traits::kDqBeforeDk) {
+          warpgroup_wait<1>();  // dV and dQ; dK runs on while dQ goes to shared memory
+        } else {
+          // dV and dK; with kReleaseStageBeforeDq the dQ GEMM may still run while the stage goes back.
+          warpgroup_wait<Traits::kReleaseStageBeforeDq ? 1 : 0>();
+          pipeline.consumer_release(state);
+          if constexpr (Traits::kReleaseStageBeforeDq) warpgroup_wait<0>();  // dQ
+        }
 
         // Hand the partial dQ to the writer warp in register order: conflict-free stores, and the
         // postprocess kernel reads the same order back.
@@ -358,6 +369,11 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
         }
         cutlass::arch::fence_view_async_shared();
         cutlass::arch::NamedBarrier::arrive(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqFull0, dq_buffer));
+        if constexpr (Traits::kDqBeforeDk) {
+          warpgroup_wait<0>();  // dK
+          pipeline.consumer_release(state);
+        }
+        ++state;
         ++block;
       }
     }

@@ -23,6 +23,7 @@ struct ForwardKernelTraits {
   static constexpr int kStages = Config::kShape.stages;
   static constexpr bool kKeysAhead = Config::kShape.keys_ahead;
   static constexpr bool kRescaleUnderQK = Config::kShape.rescale_under_qk;
+  static constexpr bool kPingPong = Config::kShape.ping_pong;
 
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * cutlass::NumThreadsPerWarpGroup;

@@ -4,8 +4,8 @@
 // - each consumer warpgroup computes S = Q K^T (WGMMA, both operands in shared memory), the
 //   online softmax in registers and O += P V (WGMMA with P from registers) for its 64 rows.
 // Two overlaps hide the softmax: within a warpgroup the next block's Q K^T is issued before this
-// block's softmax runs, and across warpgroups named barriers make them take turns issuing tensor
-// core work (ping-pong), so one warpgroup's softmax runs under the other's GEMMs.
+// block's softmax runs, and up to d128 named barriers make the warpgroups take turns issuing
+// tensor core work (ping-pong), so one warpgroup's softmax runs under the other's GEMMs.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -108,10 +108,10 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
 }
 
 // Ping-pong between consumer warpgroups: a warpgroup waits for its turn before issuing its GEMMs
-// and hands the turn to the next one right after.
+// and hands the turn to the next one right after. Without ping-pong every call is a no-op.
 template <class Traits>
 struct WarpgroupTurns {
-  static constexpr int kCount = Traits::kConsumerWarpgroups;
+  static constexpr int kCount = Traits::kPingPong ? Traits::kConsumerWarpgroups : 1;
   static constexpr uint32_t kThreads = 2 * cutlass::NumThreadsPerWarpGroup;
   int warpgroup;
 
@@ -250,6 +250,9 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
       prescale_and_mask(tSrS, n_block);
       softmax.update(as_row_col(tSrS), factor, rescale);
       rescale_o = any_factor_below_one(rescale);
+      // ptxas moves this wait up to the start of the softmax, so that it can interleave the P
+      // conversions below with the exponentials; held below the softmax (the overlap as written)
+      // it measured 1-3% slower at d128/d256 (docs/perf-log.md), so the order is left to ptxas.
       warpgroup_wait<0>();
       pipeline_v.consumer_release(state_v);
       ++state_v;
