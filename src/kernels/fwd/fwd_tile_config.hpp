@@ -48,7 +48,8 @@ struct ForwardTileConfig<192> {
 };
 template <>
 struct ForwardTileConfig<256> {
-  static constexpr ForwardTileShape kShape{128, 80, 2, true, true, false};
+  // Without ping-pong, O's rescale right after the P V wait measured 1% faster than under the S GEMM.
+  static constexpr ForwardTileShape kShape{128, 80, 2, true, false, false};
 };
 
 // Tiles for problems without a causal or local mask, where every key block is full: by default
