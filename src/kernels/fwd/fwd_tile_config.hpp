@@ -12,7 +12,7 @@ namespace hopattn {
 // the V needed next was not yet requested (3% at d128 16k).
 // kRescaleUnderQK: O's rescale by the new row maxima runs under the next S GEMM, before P V reads
 // O, instead of right after the P V wait. Hidden, but it delays the warpgroup's P V issue while it
-// holds the ping-pong turn: it pays where O is large (d > 128), not below (3% at d128 16k).
+// holds the ping-pong turn (3% at d128 16k); it paid at d256 only while d256 still took turns.
 // ping_pong: the consumer warpgroups take turns issuing their GEMMs (named barriers), so that one
 // warpgroup's softmax runs under the other's GEMMs. Where a block's GEMMs are long against its
 // softmax (d > 128), the turns only hold back GEMMs the tensor cores could already queue.
