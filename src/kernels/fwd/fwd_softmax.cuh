@@ -67,8 +67,11 @@ struct OnlineSoftmax {
     for (int r = 0; r < kRows; ++r) {
       // A row that has seen only masked keys keeps max -inf; subtracting 0 instead keeps its
       // probabilities at exp2(-inf) = 0 rather than NaN.
-      const float offset = new_max[r] == -INFINITY ? 0.f : new_max[r] * factor;
-      rescale[r] = fast_exp2(row_max[r] * factor - offset);
+      // Both products are rounded on their own (no FFMA contraction): an unchanged maximum then
+      // gives exactly exp2(0) = 1, and the caller skips O's rescale for the warp. Contracted, the
+      // difference was the product's rounding error and the factor was almost never exactly 1.
+      const float offset = new_max[r] == -INFINITY ? 0.f : __fmul_rn(new_max[r], factor);
+      rescale[r] = fast_exp2(__fmul_rn(row_max[r], factor) - offset);
       row_max[r] = new_max[r];
       CUTE_UNROLL
       for (int c = 0; c < kCols; ++c) s(r, c) = fast_exp2(fmaf(s(r, c), factor, -offset));
