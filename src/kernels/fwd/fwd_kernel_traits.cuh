@@ -67,10 +67,13 @@ struct ForwardKernelTraits {
       widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim>(),
       cute::Shape<BlockN, HeadDim, cute::Int<kStages>>{}));
   // V is stored as V^T (head_dim, keys) with the head dim contiguous, which is how it sits in
-  // global memory, so TMA loads it without a transpose.
+  // global memory, so TMA loads it without a transpose. The swizzle atoms (64 head-dim elements x
+  // 8 keys) are laid out keys first, so that one TMA box covers a 64-wide column of the whole
+  // block: head dim first made every atom its own 1 KB box (32 TMA instructions per V block at
+  // d128, 40 at d256), and the producer could not keep the ring ahead of the consumers.
   using SmemLayoutVt = decltype(cute::tile_to_shape(
       widest_swizzle_atom<cute::GMMA::Major::MN, Element, kHeadDim>(),
-      cute::Shape<HeadDim, BlockN, cute::Int<kStages>>{}));
+      cute::Shape<HeadDim, BlockN, cute::Int<kStages>>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}));
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
