@@ -1,5 +1,7 @@
 // Tile shapes and pipeline orders of the forward kernel per head dim: chosen from measurements on
-// the H200 (see docs/perf-log.md), starting from FlashAttention-3's published choices.
+// the H200 (see docs/perf-log.md), starting from FlashAttention-3's published choices. Above d64
+// they were measured while V still took one TMA box per swizzle atom (before 54383db), when the
+// producer could not keep the ring ahead; they are due for a second round.
 #pragma once
 
 namespace hopattn {
