@@ -33,10 +33,14 @@ TEST(Mask, WindowBoundsAreInclusive) {
 struct RangeCase {
   BandMask mask;
   int seqlen_q, seqlen_k, block_m, block_n;
+  int pad = 0;  // the forward's query blocks start this many rows before query 0
 };
 
-bool any_visible(const RangeCase& c, int m, int n) {
-  for (int i = m * c.block_m; i < (m + 1) * c.block_m; ++i)
+// Forward query block m covers rows [m * block_m - pad, (m + 1) * block_m - pad).
+int first_row_fwd(const RangeCase& c, int m) { return m * c.block_m - c.pad; }
+
+bool any_visible(const RangeCase& c, int m, int n, int pad) {
+  for (int i = m * c.block_m - pad; i < (m + 1) * c.block_m - pad; ++i)
     for (int j = n * c.block_n; j < (n + 1) * c.block_n; ++j)
       if (is_visible(c.mask, i, j, c.seqlen_q, c.seqlen_k)) return true;
   return false;
@@ -44,7 +48,7 @@ bool any_visible(const RangeCase& c, int m, int n) {
 
 // Forward: every key position of the tile is real and visible to every real query row.
 bool fully_visible_fwd(const RangeCase& c, int m, int n) {
-  for (int i = m * c.block_m; i < std::min((m + 1) * c.block_m, c.seqlen_q); ++i)
+  for (int i = std::max(first_row_fwd(c, m), 0); i < std::min(first_row_fwd(c, m) + c.block_m, c.seqlen_q); ++i)
     for (int j = n * c.block_n; j < (n + 1) * c.block_n; ++j)
       if (!is_visible(c.mask, i, j, c.seqlen_q, c.seqlen_k)) return false;
   return true;
@@ -59,22 +63,25 @@ bool fully_visible_bwd(const RangeCase& c, int m, int n) {
 }
 
 void check_case(const RangeCase& c) {
+  const int m_blocks_fwd = (c.seqlen_q + c.pad + c.block_m - 1) / c.block_m;
   const int m_blocks = (c.seqlen_q + c.block_m - 1) / c.block_m;
   const int n_blocks = (c.seqlen_k + c.block_n - 1) / c.block_n;
   const auto describe = [&] {
     return ::testing::Message() << "mask(" << c.mask.left << "," << c.mask.right << ") sq=" << c.seqlen_q
-                                << " sk=" << c.seqlen_k << " bm=" << c.block_m << " bn=" << c.block_n;
+                                << " sk=" << c.seqlen_k << " bm=" << c.block_m << " bn=" << c.block_n
+                                << " pad=" << c.pad;
   };
-  for (int m = 0; m < m_blocks; ++m) {
-    const BlockRange range = n_block_range(c.mask, m, c.block_m, c.block_n, c.seqlen_q, c.seqlen_k);
-    const BlockRange unmasked = n_block_range_unmasked(c.mask, m, c.block_m, c.block_n, c.seqlen_q, c.seqlen_k);
+  for (int m = 0; m < m_blocks_fwd; ++m) {
+    const BlockRange range = n_block_range(c.mask, m, c.block_m, c.block_n, c.seqlen_q, c.seqlen_k, c.pad);
+    const BlockRange unmasked =
+        n_block_range_unmasked(c.mask, m, c.block_m, c.block_n, c.seqlen_q, c.seqlen_k, c.pad);
     if (!range.empty()) {
       ASSERT_GE(unmasked.begin, range.begin) << describe();
       ASSERT_LE(unmasked.end, range.end) << describe();
     }
     for (int n = 0; n < n_blocks; ++n) {
       const bool in_range = n >= range.begin && n < range.end;
-      ASSERT_EQ(in_range, any_visible(c, m, n)) << describe() << " m=" << m << " n=" << n;
+      ASSERT_EQ(in_range, any_visible(c, m, n, c.pad)) << describe() << " m=" << m << " n=" << n;
       const bool in_unmasked = n >= unmasked.begin && n < unmasked.end;
       ASSERT_EQ(in_unmasked, in_range && fully_visible_fwd(c, m, n)) << describe() << " m=" << m << " n=" << n;
     }
@@ -88,7 +95,7 @@ void check_case(const RangeCase& c) {
     }
     for (int m = 0; m < m_blocks; ++m) {
       const bool in_range = m >= range.begin && m < range.end;
-      ASSERT_EQ(in_range, any_visible(c, m, n)) << describe() << " n=" << n << " m=" << m;
+      ASSERT_EQ(in_range, any_visible(c, m, n, 0)) << describe() << " n=" << n << " m=" << m;
       const bool in_unmasked = m >= unmasked.begin && m < unmasked.end;
       ASSERT_EQ(in_unmasked, in_range && fully_visible_bwd(c, m, n)) << describe() << " n=" << n << " m=" << m;
     }
@@ -122,9 +129,33 @@ TEST(BlockRange, MatchesBruteForceOnRandomProblems) {
         c.mask = BandMask{pick(0, 1) ? -1 : pick(0, 50), pick(0, 1) ? -1 : pick(0, 50)};
         break;
     }
+    switch (pick(0, 2)) {
+      case 0:
+        c.pad = 0;
+        break;
+      case 1:
+        c.pad = query_block_pad(c.mask, c.block_m, c.seqlen_q);
+        break;
+      default:
+        c.pad = pick(0, c.block_m - 1);
+        break;
+    }
     check_case(c);
     if (::testing::Test::HasFatalFailure()) return;
   }
+}
+
+TEST(BlockRange, PartialQueryBlockGoesFirstUnderACausalMask) {
+  const BandMask causal = BandMask::from_args(true, -1, -1);
+  EXPECT_EQ(query_block_pad(causal, 192, 2048), 64);  // 2048 = 11 * 192 - 64
+  EXPECT_EQ(query_block_pad(causal, 128, 2048), 0);
+  EXPECT_EQ(query_block_pad(causal, 192, 0), 0);
+  EXPECT_EQ(query_block_pad(BandMask::from_args(true, 100, -1), 192, 100), 92);
+  EXPECT_EQ(query_block_pad(BandMask{}, 192, 2048), 0);      // no mask: every block sees every key
+  EXPECT_EQ(query_block_pad(BandMask{100, -1}, 192, 2048), 0);  // left window only: first rows see the most
+  // The first block then holds queries 0..127 and sees key block 0 only; the last sees all 16.
+  EXPECT_EQ(n_block_range(causal, 0, 192, 128, 2048, 2048, 64).end, 1);
+  EXPECT_EQ(n_block_range(causal, 10, 192, 128, 2048, 2048, 64).end, 16);
 }
 
 TEST(BlockRange, EmptyWhenNothingIsVisible) {

@@ -11,6 +11,12 @@
 
 namespace hopattn {
 
+// Whether a tile row is a real query (rows before query 0, see query_block_pad, and past the
+// sequence are not): one unsigned compare for both bounds.
+CUTE_DEVICE bool is_query(const ForwardTile& t, int row) {
+  return static_cast<unsigned>(row) < static_cast<unsigned>(t.seqlen_q);
+}
+
 template <class Traits>
 CUTE_DEVICE typename Traits::Element* output_row(const ForwardParams<Traits>& params, const ForwardTile& t, int row) {
   return params.o.template at<typename Traits::Element>(t.batch, static_cast<long long>(t.q_offset) + row, t.head);
@@ -19,7 +25,7 @@ CUTE_DEVICE typename Traits::Element* output_row(const ForwardParams<Traits>& pa
 template <class Traits>
 CUTE_DEVICE void store_lse(const ForwardParams<Traits>& params, const ForwardTile& t, int row, float value) {
   const RowTensor& lse = params.lse;
-  if (lse.data == nullptr || row >= t.seqlen_q) return;
+  if (lse.data == nullptr || !is_query(t, row)) return;
   *lse.at<float>(t.batch, static_cast<long long>(t.q_offset) + row, t.head) = value;
 }
 
@@ -30,13 +36,13 @@ CUTE_DEVICE void store_empty_tile(const ForwardParams<Traits>& params, const For
   constexpr int kChunksPerRow = Traits::kHeadDim / kElementsPerChunk;
   const int warpgroup = thread / cutlass::NumThreadsPerWarpGroup;
   const int thread_in_wg = thread % cutlass::NumThreadsPerWarpGroup;
-  const int first_row = t.m_block * Traits::kBlockM + warpgroup * 64;
+  const int first_row = t.first_row + warpgroup * 64;
   const int chunks = params.problem.head_dim / kElementsPerChunk;
   CUTE_UNROLL
   for (int i = thread_in_wg; i < 64 * kChunksPerRow; i += cutlass::NumThreadsPerWarpGroup) {
     const int row = first_row + i / kChunksPerRow;
     const int chunk = i % kChunksPerRow;
-    if (row < t.seqlen_q && chunk < chunks) {
+    if (is_query(t, row) && chunk < chunks) {
       *reinterpret_cast<uint4*>(output_row(params, t, row) + chunk * kElementsPerChunk) = make_uint4(0, 0, 0, 0);
     }
   }
@@ -48,13 +54,13 @@ CUTE_DEVICE void store_tile(const ForwardParams<Traits>& params, const ForwardTi
                             RowCoords const& tScS, const float (&lse)[kRows], int thread) {
   const int q = thread % 4;
   auto row_pointer = [&](int tile_row) -> typename Traits::Element* {
-    const int row = t.m_block * Traits::kBlockM + tile_row;
-    return row < t.seqlen_q ? output_row(params, t, row) : nullptr;
+    const int row = t.first_row + tile_row;
+    return is_query(t, row) ? output_row(params, t, row) : nullptr;
   };
   store_accumulator_rows<typename Traits::Element>(tOrO, tScS, 0, params.problem.head_dim, row_pointer, q);
   if (q == 0) {  // the four threads of a quad share their rows' statistics
     CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) store_lse(params, t, t.m_block * Traits::kBlockM + cute::get<0>(tScS(r, 0)), lse[r]);
+    for (int r = 0; r < kRows; ++r) store_lse(params, t, t.first_row + cute::get<0>(tScS(r, 0)), lse[r]);
   }
 }
 

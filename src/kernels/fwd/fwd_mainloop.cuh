@@ -57,9 +57,11 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     const ForwardTile t = make_forward_tile(params, linear);
     if (t.n_blocks.empty()) continue;  // the consumers write this tile without loading anything
 
-    cute::Tensor gQ = local_tile(domain_offset(make_coord(t.q_offset, _0{}), mQ(_, _, t.head, t.batch_coord)),
+    // A negative first row (query_block_pad) reads zeros, or rows of the previous sequence in
+    // varlen mode; those rows are never stored.
+    cute::Tensor gQ = local_tile(domain_offset(make_coord(t.q_offset + t.first_row, _0{}), mQ(_, _, t.head, t.batch_coord)),
                            Shape<typename Traits::BlockM, typename Traits::HeadDim>{},
-                           make_coord(t.m_block, _0{}));  // (M, D)
+                           make_coord(_0{}, _0{}));  // (M, D)
     cute::Tensor gK = local_tile(domain_offset(make_coord(t.k_offset, _0{}), mK(_, _, t.head_kv, t.batch_coord)),
                            Shape<typename Traits::BlockN, typename Traits::HeadDim>{},
                            make_coord(_, _0{}));  // (N, D, n_blocks)
@@ -176,7 +178,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
     const int linear = TileScheduler::linear_tile(round, blockIdx.x, gridDim.x);
     if (linear >= total_tiles) break;
     const ForwardTile t = make_forward_tile(params, linear);
-    if (!t.has_rows(Traits::kBlockM)) continue;
+    if (!t.has_rows()) continue;
     if (t.n_blocks.empty()) {
       store_empty_tile<Traits>(params, t, thread);
       continue;
@@ -194,7 +196,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
       if (n_block >= t.unmasked.begin && n_block < t.unmasked.end) return;
       CUTE_UNROLL
       for (int r = 0; r < size<0>(s); ++r) {
-        const int row = t.m_block * Traits::kBlockM + get<0>(tScS(r, 0));
+        const int row = t.first_row + get<0>(tScS(r, 0));
         const int first_col = n_block * Traits::kBlockN;
         const int lo = mask.left >= 0 ? row + shift - mask.left - first_col : INT_MIN;
         const int hi_right = mask.right >= 0 ? row + shift + mask.right + 1 : t.seqlen_k;

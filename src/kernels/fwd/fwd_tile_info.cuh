@@ -9,7 +9,7 @@
 namespace hopattn {
 
 struct ForwardTile {
-  int m_block;
+  int first_row;    // query row of the tile's row 0: m_block * kBlockM - query_block_pad (may be < 0)
   int head;
   int head_kv;
   int batch_coord;  // batch index of the TMA tensors (0 in varlen mode, where offsets locate sequences)
@@ -21,7 +21,7 @@ struct ForwardTile {
   BlockRange n_blocks;  // key blocks to visit, all of them from n_blocks.end - 1 down
   BlockRange unmasked;  // the ones among them that need no mask
 
-  CUTE_DEVICE bool has_rows(int block_m) const { return m_block * block_m < seqlen_q; }
+  CUTE_DEVICE bool has_rows() const { return first_row < seqlen_q; }
 };
 
 template <class Traits>
@@ -31,7 +31,8 @@ CUTE_DEVICE ForwardTile make_forward_tile(const ForwardParams<Traits>& params, i
   const Sequence q = p.queries.sequence(w.batch);
   const Sequence k = p.keys.sequence(w.batch);
   ForwardTile t;
-  t.m_block = w.m_block;
+  const int pad = query_block_pad(p.mask, Traits::kBlockM, q.length);
+  t.first_row = w.m_block * Traits::kBlockM - pad;
   t.head = w.head;
   t.head_kv = w.head / (p.heads / p.heads_kv);
   t.batch = w.batch;
@@ -40,8 +41,8 @@ CUTE_DEVICE ForwardTile make_forward_tile(const ForwardParams<Traits>& params, i
   t.k_offset = static_cast<int>(k.offset);
   t.seqlen_q = q.length;
   t.seqlen_k = k.length;
-  t.n_blocks = n_block_range(p.mask, w.m_block, Traits::kBlockM, Traits::kBlockN, q.length, k.length);
-  t.unmasked = n_block_range_unmasked(p.mask, w.m_block, Traits::kBlockM, Traits::kBlockN, q.length, k.length);
+  t.n_blocks = n_block_range(p.mask, w.m_block, Traits::kBlockM, Traits::kBlockN, q.length, k.length, pad);
+  t.unmasked = n_block_range_unmasked(p.mask, w.m_block, Traits::kBlockM, Traits::kBlockN, q.length, k.length, pad);
   return t;
 }
 
