@@ -12,6 +12,7 @@
 
 #include "kernels/bwd/bwd_tile_config.hpp"
 #include "kernels/bwd/bwd_workspace.hpp"
+#include "kernels/common/register_split.hpp"
 #include "kernels/common/swizzle_atoms.cuh"
 
 namespace hopattn {
@@ -71,8 +72,8 @@ struct BackwardKernelTraits {
   static_assert(kBlockN == 64 || kBlockN == 128, "64 keys per CTA (shared scores) or per MMA warpgroup");
   static_assert(BackwardWorkspace::kRowBlock % kBlockM == 0 && kBlockM % BackwardWorkspace::kSemaphoreRows == 0,
                 "query blocks must tile the workspace's row blocks and own a semaphore each");
-  static_assert(kProducerRegisters + kMmaWarpgroups * kMmaRegisters <= 65536 / cutlass::NumThreadsPerWarpGroup,
-                "register budget exceeds the register file");
+  static_assert(register_split_fits(kMmaWarpgroups, kProducerRegisters, kMmaRegisters),
+                "the MMA warpgroups' registers must come from those the producer group releases");
   static_assert(kHeadDim % 32 == 0, "kernel head dims are multiples of 32");
 
   using BlockM = cute::Int<kBlockM>;

@@ -8,6 +8,7 @@
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
 #include "kernels/common/named_barriers.hpp"
+#include "kernels/common/register_split.hpp"
 #include "kernels/common/swizzle_atoms.cuh"
 #include "kernels/fwd/fwd_tile_config.hpp"
 
@@ -38,9 +39,8 @@ struct ForwardKernelTraits {
   static_assert(kBlockN % 16 == 0, "P feeds the P V WGMMA in K-steps of 16");
   static_assert(kHeadDim % 32 == 0, "kernel head dims are multiples of 32");
   static_assert(kConsumerWarpgroups * cutlass::NumThreadsPerWarpGroup == kConsumerThreads, "");
-  static_assert(kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters <=
-                    65536 / cutlass::NumThreadsPerWarpGroup,
-                "register budget exceeds the register file");
+  static_assert(register_split_fits(kConsumerWarpgroups, kProducerRegisters, kConsumerRegisters),
+                "the consumers' registers must come from those the producer releases");
 
   using BlockM = cute::Int<kBlockM>;
   using BlockN = cute::Int<kBlockN>;
