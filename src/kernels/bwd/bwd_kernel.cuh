@@ -18,7 +18,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID
   auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(shared_memory);
   using Pipeline = typename Traits::Pipeline;
 
-  allow_next_kernel_to_start();  // the postprocess settles in during the last wave, then waits
   const BackwardTile t = make_backward_tile(params);
   if (t.n_block * Traits::kBlockN >= t.seqlen_k) return;  // past this sequence's keys (varlen)
 

@@ -93,7 +93,7 @@ cudaError_t launch_backward_kernels(const Problem& problem, const BackwardTensor
         launch_overlapping_previous(kMain, main_grid, Traits::kThreads, Traits::kSharedBytes, stream, params);
     if (e != cudaSuccess) return e;
     return launch_overlapping_previous(&backward_postprocess_kernel<Traits>, query_blocks, Traits::kMmaThreads, 0,
-                                       stream, problem, tensors.dq, params.workspace);
+                                       stream, problem, tensors.dq, params.workspace, deterministic);
   }
   kMain<<<main_grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
   return cudaGetLastError();

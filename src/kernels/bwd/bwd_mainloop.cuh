@@ -135,12 +135,6 @@ CUTE_DEVICE void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 
 // The committed bulk operations have completed, their writes to global memory included.
 CUTE_DEVICE void bulk_wait_complete() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
-CUTE_DEVICE int load_acquire(const int32_t* address) {
-  int value;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
-  return value;
-}
-
 }  // namespace backward_detail
 
 // Deterministic mode: query block m of a head receives the key blocks' partial sums in descending
@@ -162,6 +156,9 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
   const int blocks = group * t.m_blocks.size();
   const bool lane0 = threadIdx.x % cutlass::NumThreadsPerWarp == 0;
   wait_for_previous_kernel();  // the preprocess clears the dQ accumulator and the semaphores
+  // Only now may the postprocess start: without determinism it reads the counter below instead of
+  // waiting for this kernel to complete, so the preprocess must have cleared it.
+  allow_next_kernel_to_start();
   // Both staging buffers start empty (only the ones that will be used are announced, so that no
   // arrival is left pending at exit).
   for (int buffer = 0; buffer < Traits::kDqBuffers && buffer < blocks; ++buffer) {
@@ -202,7 +199,13 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
       ++done;
     }
   }
-  if (lane0) bulk_wait_complete();
+  if (lane0) {
+    bulk_wait_complete();
+    if (!params.deterministic) {  // this key block's dQ is in: the postprocess may convert its query blocks
+      __threadfence();
+      atomicAdd(ws.finished_key_blocks(t.head_kv, group, t.padded_row), 1);
+    }
+  }
 }
 
 template <class Traits>

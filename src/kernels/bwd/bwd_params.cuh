@@ -11,6 +11,12 @@
 
 namespace hopattn {
 
+CUTE_DEVICE int load_acquire(const int32_t* address) {
+  int value;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
+  return value;
+}
+
 template <class Traits>
 struct BackwardParams {
   using Element = typename Traits::Element;

@@ -11,17 +11,43 @@
 
 namespace hopattn {
 
+// Waits until the main kernel's partial sums for (batch, head) are all in. Deterministic mode
+// waits for the main kernel to complete. Otherwise every key block of the (sequence, KV head)
+// counts itself once its sums are in, and this kernel, started during the main kernel's last wave,
+// converts the heads finished by then on the SMs that wave leaves idle.
+template <class Traits>
+CUTE_DEVICE void wait_for_dq_sums(const Problem& problem, const BackwardWorkspace& ws, int batch, int head,
+                                  bool deterministic) {
+  const int key_blocks = (problem.keys.sequence(batch).length + Traits::kBlockN - 1) / Traits::kBlockN;
+  if (deterministic || key_blocks == 0) {
+    wait_for_previous_kernel();
+    return;
+  }
+  if (threadIdx.x == 0) {
+    const int group = problem.heads / problem.heads_kv;
+    const int32_t* finished =
+        ws.finished_key_blocks(head / group, group, ws.sequence_row(problem.queries, batch));
+    while (load_acquire(finished) < key_blocks) __nanosleep(256);
+  }
+  __syncthreads();
+}
+
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kMmaThreads) backward_postprocess_kernel(
-    const Problem problem, const RowTensor dq, const BackwardWorkspace ws) {
+    const Problem problem, const RowTensor dq, const BackwardWorkspace ws, const bool deterministic) {
   using namespace cute;
   using Element = typename Traits::Element;
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  // The call must not complete before the main kernel has (dK and dV): the grid's last CTA waits.
+  const bool last_cta = m_block == gridDim.x - 1 && head == gridDim.y - 1 && batch == gridDim.z - 1;
   const Sequence seq = problem.queries.sequence(batch);
-  if (m_block * Traits::kBlockM >= seq.length) return;
+  if (m_block * Traits::kBlockM >= seq.length) {
+    if (last_cta) wait_for_previous_kernel();
+    return;
+  }
   const long long first = ws.row_index(head, ws.sequence_row(problem.queries, batch) + m_block * Traits::kBlockM);
   const float* accum = ws.dq_accum + first * ws.head_dim;
-  wait_for_previous_kernel();  // the main kernel's last partial sums
+  wait_for_dq_sums<Traits>(problem, ws, batch, head, deterministic);
 
   typename Traits::TiledMmaDQ mma_dq;
   cute::Tensor coords = mma_dq.get_thread_slice(threadIdx.x)
@@ -64,6 +90,7 @@ __global__ void __launch_bounds__(Traits::kMmaThreads) backward_postprocess_kern
     *reinterpret_cast<uint4*>(dq.at<Element>(batch_index, seq.offset + m_block * Traits::kBlockM + r, head) +
                               chunk * 8) = v;
   }
+  if (last_cta) wait_for_previous_kernel();
 }
 
 }  // namespace hopattn

@@ -4,7 +4,9 @@
 //   dq_accum  (heads, padded_rows, head_dim) fp32  dQ accumulated by the key blocks; each block of
 //             kRowBlock rows is one contiguous chunk in the order the main kernel's registers hold it
 //   semaphores (heads, padded_rows / kSemaphoreRows) int32  per query block: how many key blocks
-//             have added into it (deterministic mode); a block of more rows uses its first one
+//             have added into it (deterministic mode); a block of more rows uses its first one.
+//             Without determinism the first one of each (sequence, KV head) counts the key blocks
+//             that have finished instead (finished_key_blocks)
 // Each sequence's rows start at a multiple of kRowBlock ("padded offsets"), so that every query
 // block of every kernel (64 or 128 rows, dividing kRowBlock) is a whole chunk that bulk copies can
 // move: sequence b of a varlen batch starts at floor((cu_seqlens[b] + b * kRowBlock) / kRowBlock) *
@@ -75,6 +77,11 @@ struct BackwardWorkspace {
   }
   // The semaphore of the query block that starts at row_index `row`.
   HOPATTN_HOST_DEVICE int32_t* semaphore(long long row) const { return semaphores + row / kSemaphoreRows; }
+  // Without determinism: how many key blocks of KV head `head_kv` of the sequence starting at
+  // `sequence_row` have added all their dQ (the first semaphore of the group's first head).
+  HOPATTN_HOST_DEVICE int32_t* finished_key_blocks(int head_kv, int group, long long sequence_row) const {
+    return semaphore(row_index(head_kv * group, sequence_row));
+  }
 };
 
 }  // namespace hopattn
