@@ -164,8 +164,17 @@ Status capture_and_replay(const std::function<Status(cudaStream_t)>& call, int r
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   cudaGraph_t graph;
   check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-  const Status s = call(stream);
-  check_cuda(cudaStreamEndCapture(stream, &graph), "end capture");
+  // A throwing call must not leave the capture open: every later CUDA call of this thread would fail.
+  auto end_capture = [&] { return cudaStreamEndCapture(stream, &graph); };
+  Status s;
+  try {
+    s = call(stream);
+  } catch (...) {
+    if (end_capture() == cudaSuccess) cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    throw;
+  }
+  check_cuda(end_capture(), "end capture");
   if (s.ok()) {
     cudaGraphExec_t exec;
     check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
