@@ -1,6 +1,6 @@
 // The forward kernel: warp roles, shared storage and barrier setup. One persistent CTA per SM;
-// warpgroup 0 is the producer (one warp issues TMA, the group gives registers back), warpgroups
-// 1.. are the consumers (64 query rows each, they take the registers).
+// warpgroup 0 is the producer (one warp issues TMA, one publishes the tiles, the group gives
+// registers back), warpgroups 1.. are the consumers (64 query rows each, they take the registers).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) forward_kernel(CUTE_GRID_
     cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_vt.get_tma_descriptor());
-    smem.q_full.init(/*arrive_count=*/1);
+    smem.q_full.init(/*arrive_count=*/2);  // the producer's and the publisher's
   }
 
   const auto pipeline_params = tma_pipeline_params<Pipeline>(warpgroup, Traits::kKVBytes, Traits::kConsumerThreads);
@@ -35,6 +35,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) forward_kernel(CUTE_GRID_
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
     if (warp == 0) forward_producer<Traits>(params, smem, pipeline_k, pipeline_v);
+    if (warp == 1) forward_tile_publisher<Traits>(params, smem);
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
     forward_consumer<Traits>(params, smem, pipeline_k, pipeline_v);

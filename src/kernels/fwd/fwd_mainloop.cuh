@@ -1,6 +1,11 @@
-// The forward's two roles over the tiles of one persistent CTA:
+// The forward's three roles over the tiles of one persistent CTA:
 // - the producer warp streams Q once per tile and K, V^T per key block into a kStages-deep ring
 //   with TMA, each stage guarded by full/empty mbarriers (PipelineTmaAsync);
+// - the publisher warp, next to it, works out each tile's coordinates and key-block ranges and
+//   publishes them in shared memory with the tile's Q (q_full completes once both Q and the
+//   coordinates are in). That takes a few hundred instructions (divisions, 64-bit block-range
+//   arithmetic): done by the consumers themselves, it stalled both warpgroups at every switch
+//   between tiles, and the producer, with 24 registers, cannot hold the whole tile;
 // - each consumer warpgroup computes S = Q K^T (WGMMA, both operands in shared memory), the
 //   online softmax in registers and O += P V (WGMMA with P from registers) for its 64 rows.
 // Two overlaps hide the softmax: within a warpgroup the next block's Q K^T is issued before this
@@ -34,6 +39,37 @@ struct ForwardSmemTensors {
   }
 };
 
+// The consumers are done with sQ and with the published tile once each of them has issued its
+// tile's last S GEMM; the producer and the publisher warps wait for that before the next ones.
+template <class Traits>
+CUTE_DEVICE void release_query() {
+  cutlass::arch::NamedBarrier::arrive(Traits::kQueryEmptyThreads, barrier_id(FwdBarrier::kQueryEmpty));
+}
+template <class Traits>
+CUTE_DEVICE void wait_for_query_release() {
+  cutlass::arch::NamedBarrier::sync(Traits::kQueryEmptyThreads, barrier_id(FwdBarrier::kQueryEmpty));
+}
+
+template <class Traits>
+CUTE_DEVICE void forward_tile_publisher(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem) {
+  const int total_tiles = params.scheduler.total_tiles();
+  for (int round = 0;; ++round) {
+    const int linear = TileScheduler::linear_tile(round, blockIdx.x, gridDim.x);
+    if (linear >= total_tiles) break;
+    const ForwardTile t = make_forward_tile(params, linear);
+    // Slot round % 2 last held the tile two rounds back, which every consumer finished before
+    // releasing the previous one.
+    if (round > 0) wait_for_query_release<Traits>();
+    if (cute::elect_one_sync()) {
+      smem.tiles[round % 2] = t;
+      // The arrive releases the store to the consumers (mbarrier.arrive has release semantics);
+      // CUTLASS's barrier asm has no memory clobber, so keep the compiler from sinking the store.
+      asm volatile("" ::: "memory");
+      smem.q_full.arrive();
+    }
+  }
+}
+
 template <class Traits>
 CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem,
                                   typename Traits::Pipeline& pipeline_k, typename Traits::Pipeline& pipeline_v) {
@@ -49,13 +85,18 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   auto state_k = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   auto state_v = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   const bool leader = threadIdx.x == 0;
-  bool first_q = true;
+  bool first_tile = true;
   const int total_tiles = params.scheduler.total_tiles();
   for (int round = 0;; ++round) {
     const int linear = TileScheduler::linear_tile(round, blockIdx.x, gridDim.x);
     if (linear >= total_tiles) break;
     const ForwardTile t = make_forward_tile(params, linear);
-    if (t.n_blocks.empty()) continue;  // the consumers write this tile without loading anything
+    if (t.n_blocks.empty()) {  // the consumers write this tile without loads, once q_full completes
+      if (!first_tile) wait_for_query_release<Traits>();
+      first_tile = false;
+      if (leader) smem.q_full.arrive();
+      continue;
+    }
 
     // A negative first row (query_block_pad) reads zeros, or rows of the previous sequence in
     // varlen mode; those rows are never stored.
@@ -84,11 +125,8 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     auto load_v = [&](int n) { load(pipeline_v, state_v, params.tma_vt, v_copy, n); };
     load_k(t.n_blocks.end - 1);  // while the consumers may still be in the previous tile's epilogue
     // sQ still holds the previous tile's Q until every consumer has issued its last S GEMM.
-    if (!first_q) {
-      cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads + cutlass::NumThreadsPerWarp,
-                                        barrier_id(FwdBarrier::kQueryEmpty));
-    }
-    first_q = false;
+    if (!first_tile) wait_for_query_release<Traits>();
+    first_tile = false;
     if (leader) {
       smem.q_full.arrive_and_expect_tx(Traits::kQBytes);
       copy(params.tma_q.with(reinterpret_cast<uint64_t&>(smem.q_full)), tQgQ, tQsQ);
@@ -177,10 +215,16 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
   for (int round = 0;; ++round) {
     const int linear = TileScheduler::linear_tile(round, blockIdx.x, gridDim.x);
     if (linear >= total_tiles) break;
-    const ForwardTile t = make_forward_tile(params, linear);
-    if (!t.has_rows()) continue;
+    smem.q_full.wait(q_phase);
+    q_phase ^= 1;
+    asm volatile("" ::: "memory");  // the read of the published tile stays after the wait (acquire)
+    // The slot stays this tile's until two tiles later: the epilogue reads it again rather than
+    // keeping the output coordinates in registers through the loop.
+    const ForwardTile& published = smem.tiles[round % 2];
+    const ForwardTile t = published;
     if (t.n_blocks.empty()) {
-      store_empty_tile<Traits>(params, t, thread);
+      release_query<Traits>();
+      if (t.has_rows()) store_empty_tile<Traits>(params, t, thread);
       continue;
     }
 
@@ -216,9 +260,6 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
     cute::Tensor tSrS = partition_fragment_C(mma_qk, Shape<typename Traits::BlockM, typename Traits::BlockN>{});
     cute::Tensor rP = make_tensor_like<Element>(tSrS);
     cute::Tensor tOrP = make_tensor(rP.data(), accumulator_as_a_operand_layout(rP.layout()));
-
-    smem.q_full.wait(q_phase);
-    q_phase ^= 1;
 
     // The first (highest) key block: S, then its softmax with nothing to overlap yet.
     int n_block = t.n_blocks.end - 1;
@@ -262,9 +303,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
       if (!Traits::kRescaleUnderQK && rescale_o) scale_rows(tOrO, rescale);
     }
 
-    // Every S GEMM of this tile is done: the next Q may come in now.
-    cutlass::arch::NamedBarrier::arrive(Traits::kConsumerThreads + cutlass::NumThreadsPerWarp,
-                                        barrier_id(FwdBarrier::kQueryEmpty));
+    release_query<Traits>();  // every S GEMM of this tile is done
     if (Traits::kRescaleUnderQK && rescale_o) scale_rows(tOrO, rescale);
     pipeline_v.consumer_wait(state_v);
     issue_warpgroup_gemm</*kZeroInit=*/false>(mma_pv, tOrP, tOrVt(_, _, _, state_v.index()), tOrO);
@@ -275,7 +314,8 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
     ++state_v;
 
     scale_rows(tOrO, inv_sum);
-    store_tile<Traits>(params, t, tOrO, tScS, lse, thread);
+    asm volatile("" ::: "memory");  // read the published tile here, not before the loop
+    store_tile<Traits>(params, published, tOrO, tScS, lse, thread);
   }
 }
 
