@@ -29,24 +29,21 @@ CUTE_DEVICE void store_lse(const ForwardParams<Traits>& params, const ForwardTil
   *lse.at<float>(t.batch, static_cast<long long>(t.q_offset) + row, t.head) = value;
 }
 
-// A tile whose rows see no key at all: O = 0, LSE = -inf, nothing loaded.
+// A tile whose rows see no key at all: O = 0, LSE = -inf, nothing loaded. Written by `threads`
+// threads, `thread` being this one's index among them.
 template <class Traits>
-CUTE_DEVICE void store_empty_tile(const ForwardParams<Traits>& params, const ForwardTile& t, int thread) {
+CUTE_DEVICE void store_empty_tile(const ForwardParams<Traits>& params, const ForwardTile& t, int thread, int threads) {
   constexpr int kElementsPerChunk = 16 / sizeof(typename Traits::Element);
   constexpr int kChunksPerRow = Traits::kHeadDim / kElementsPerChunk;
-  const int warpgroup = thread / cutlass::NumThreadsPerWarpGroup;
-  const int thread_in_wg = thread % cutlass::NumThreadsPerWarpGroup;
-  const int first_row = t.first_row + warpgroup * 64;
   const int chunks = params.problem.head_dim / kElementsPerChunk;
-  CUTE_UNROLL
-  for (int i = thread_in_wg; i < 64 * kChunksPerRow; i += cutlass::NumThreadsPerWarpGroup) {
-    const int row = first_row + i / kChunksPerRow;
+  for (int i = thread; i < Traits::kBlockM * kChunksPerRow; i += threads) {
+    const int row = t.first_row + i / kChunksPerRow;
     const int chunk = i % kChunksPerRow;
     if (is_query(t, row) && chunk < chunks) {
       *reinterpret_cast<uint4*>(output_row(params, t, row) + chunk * kElementsPerChunk) = make_uint4(0, 0, 0, 0);
     }
   }
-  if (thread_in_wg < 64) store_lse(params, t, first_row + thread_in_wg, -INFINITY);
+  for (int r = thread; r < Traits::kBlockM; r += threads) store_lse(params, t, t.first_row + r, -INFINITY);
 }
 
 template <class Traits, class AccO, class RowCoords, int kRows>

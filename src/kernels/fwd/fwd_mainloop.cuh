@@ -3,9 +3,10 @@
 //   with TMA, each stage guarded by full/empty mbarriers (PipelineTmaAsync);
 // - the publisher warp, next to it, works out each tile's coordinates and key-block ranges and
 //   publishes them in shared memory with the tile's Q (q_full completes once both Q and the
-//   coordinates are in). That takes a few hundred instructions (divisions, 64-bit block-range
-//   arithmetic): done by the consumers themselves, it stalled both warpgroups at every switch
-//   between tiles, and the producer, with 24 registers, cannot hold the whole tile;
+//   coordinates are in), then an end marker. That takes a few hundred instructions (divisions,
+//   64-bit block-range arithmetic): done by the consumers themselves, it stalled both warpgroups
+//   at every switch between tiles, and the producer, with 24 registers, cannot hold the whole
+//   tile;
 // - each consumer warpgroup computes S = Q K^T (WGMMA, both operands in shared memory), the
 //   online softmax in registers and O += P V (WGMMA with P from registers) for its 64 rows.
 // Two overlaps hide the softmax: within a warpgroup the next block's Q K^T is issued before this
@@ -40,33 +41,38 @@ struct ForwardSmemTensors {
 };
 
 // The consumers are done with sQ and with the published tile once each of them has issued its
-// tile's last S GEMM; the producer and the publisher warps wait for that before the next ones.
+// tile's last S GEMM. Only the publisher waits for that at the named barrier (each role meets it
+// at one instruction); it passes the word on to the producer through q_empty.
 template <class Traits>
 CUTE_DEVICE void release_query() {
   cutlass::arch::NamedBarrier::arrive(Traits::kQueryEmptyThreads, barrier_id(FwdBarrier::kQueryEmpty));
-}
-template <class Traits>
-CUTE_DEVICE void wait_for_query_release() {
-  cutlass::arch::NamedBarrier::sync(Traits::kQueryEmptyThreads, barrier_id(FwdBarrier::kQueryEmpty));
 }
 
 template <class Traits>
 CUTE_DEVICE void forward_tile_publisher(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem) {
   const int total_tiles = params.scheduler.total_tiles();
+  const bool leader = cute::elect_one_sync();
+  bool first = true;
+  int slot = 0;
   for (int round = 0;; ++round) {
     const int linear = TileScheduler::linear_tile(round, blockIdx.x, gridDim.x);
-    if (linear >= total_tiles) break;
-    const ForwardTile t = make_forward_tile(params, linear);
-    // Slot round % 2 last held the tile two rounds back, which every consumer finished before
-    // releasing the previous one.
-    if (round > 0) wait_for_query_release<Traits>();
-    if (cute::elect_one_sync()) {
-      smem.tiles[round % 2] = t;
-      // The arrive releases the store to the consumers (mbarrier.arrive has release semantics);
+    const bool done = linear >= total_tiles;
+    // The slot last held the tile three back, whose epilogue every consumer finished before
+    // releasing the tile two back, i.e. before this warp last passed the barrier below.
+    if (leader) smem.tiles[slot] = done ? ForwardTile::end_marker() : make_forward_tile(params, linear);
+    slot = slot == ForwardSharedTiles::kSlots - 1 ? 0 : slot + 1;
+    if (!first) {
+      cutlass::arch::NamedBarrier::sync(Traits::kQueryEmptyThreads, barrier_id(FwdBarrier::kQueryEmpty));
+      if (leader) smem.q_empty.arrive();
+    }
+    first = false;
+    if (leader) {
+      // The arrive releases the tile to the consumers (mbarrier.arrive has release semantics);
       // CUTLASS's barrier asm has no memory clobber, so keep the compiler from sinking the store.
       asm volatile("" ::: "memory");
       smem.q_full.arrive();
     }
+    if (done) break;
   }
 }
 
@@ -86,14 +92,22 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   auto state_v = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   const bool leader = threadIdx.x == 0;
   bool first_tile = true;
+  uint32_t q_empty_phase = 0;
+  // sQ still holds the previous tile's Q until every consumer has issued its last S GEMM.
+  auto wait_until_query_free = [&] {
+    if (!first_tile) {
+      smem.q_empty.wait(q_empty_phase);
+      q_empty_phase ^= 1;
+    }
+    first_tile = false;
+  };
   const int total_tiles = params.scheduler.total_tiles();
   for (int round = 0;; ++round) {
     const int linear = TileScheduler::linear_tile(round, blockIdx.x, gridDim.x);
     if (linear >= total_tiles) break;
     const ForwardTile t = make_forward_tile(params, linear);
-    if (t.n_blocks.empty()) {  // the consumers write this tile without loads, once q_full completes
-      if (!first_tile) wait_for_query_release<Traits>();
-      first_tile = false;
+    if (t.n_blocks.empty()) {  // the consumers write it without loads, once q_full completes
+      wait_until_query_free();
       if (leader) smem.q_full.arrive();
       continue;
     }
@@ -124,9 +138,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     auto load_k = [&](int n) { load(pipeline_k, state_k, params.tma_k, k_copy, n); };
     auto load_v = [&](int n) { load(pipeline_v, state_v, params.tma_vt, v_copy, n); };
     load_k(t.n_blocks.end - 1);  // while the consumers may still be in the previous tile's epilogue
-    // sQ still holds the previous tile's Q until every consumer has issued its last S GEMM.
-    if (!first_tile) wait_for_query_release<Traits>();
-    first_tile = false;
+    wait_until_query_free();
     if (leader) {
       smem.q_full.arrive_and_expect_tx(Traits::kQBytes);
       copy(params.tma_q.with(reinterpret_cast<uint64_t&>(smem.q_full)), tQgQ, tQsQ);
@@ -145,6 +157,9 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
       }
     }
   }
+  // The end marker's q_full phase takes the producer's arrival too, once the last tile is released.
+  wait_until_query_free();
+  if (leader) smem.q_full.arrive();
 }
 
 // Ping-pong between consumer warpgroups: a warpgroup waits for its turn before issuing its GEMMs
@@ -211,22 +226,18 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
   const float factor = prescale ? 1.f : params.scale_log2;
   turns.start();
 
-  const int total_tiles = params.scheduler.total_tiles();
-  for (int round = 0;; ++round) {
-    const int linear = TileScheduler::linear_tile(round, blockIdx.x, gridDim.x);
-    if (linear >= total_tiles) break;
+  for (int slot = 0;; slot = slot == ForwardSharedTiles::kSlots - 1 ? 0 : slot + 1) {
     smem.q_full.wait(q_phase);
     q_phase ^= 1;
     asm volatile("" ::: "memory");  // the read of the published tile stays after the wait (acquire)
-    // The slot stays this tile's until two tiles later: the epilogue reads it again rather than
+    // The slot stays this tile's until after its epilogue, which reads it again rather than
     // keeping the output coordinates in registers through the loop.
-    const ForwardTile& published = smem.tiles[round % 2];
+    const ForwardTile& published = smem.tiles[slot];
     const ForwardTile t = published;
-    if (t.n_blocks.empty()) {
-      release_query<Traits>();
-      if (t.has_rows()) store_empty_tile<Traits>(params, t, thread);
-      continue;
-    }
+    if (t.is_end_marker()) break;
+    // Tiles without key blocks take the same path up to the release below: every role meets
+    // the named barrier at a single instruction.
+    const bool has_keys = !t.n_blocks.empty();
 
     // Masked entries become -inf. The mask's bounds are computed once per row, and only the
     // boundary blocks pay for them. A negative scale is applied here (see OnlineSoftmax).
@@ -261,49 +272,55 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
     cute::Tensor rP = make_tensor_like<Element>(tSrS);
     cute::Tensor tOrP = make_tensor(rP.data(), accumulator_as_a_operand_layout(rP.layout()));
 
-    // The first (highest) key block: S, then its softmax with nothing to overlap yet.
-    int n_block = t.n_blocks.end - 1;
-    pipeline_k.consumer_wait(state_k);
-    turns.wait();
-    issue_warpgroup_gemm</*kZeroInit=*/true>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
-    turns.pass();
-    warpgroup_wait<0>();
-    pipeline_k.consumer_release(state_k);
-    ++state_k;
-    prescale_and_mask(tSrS, n_block);
-    softmax.update(as_row_col(tSrS), factor, rescale);
-    convert_fragment(tSrS, rP);
-    clear(tOrO);
-
-    // Steady state: S of block n is computed while P V of block n + 1 runs; the softmax of block
-    // n runs once S is done, under P V. O's rescale for block n runs either under the next S GEMM
-    // (before P V reads O) or right after this P V (see ForwardTileShape).
     bool rescale_o = false;  // O is still zero
-    for (--n_block; n_block >= t.n_blocks.begin; --n_block) {
+    if (has_keys) {
+      // The first (highest) key block: S, then its softmax with nothing to overlap yet.
+      int n_block = t.n_blocks.end - 1;
       pipeline_k.consumer_wait(state_k);
       turns.wait();
       issue_warpgroup_gemm</*kZeroInit=*/true>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
-      if (Traits::kRescaleUnderQK && rescale_o) scale_rows(tOrO, rescale);
-      pipeline_v.consumer_wait(state_v);
-      issue_warpgroup_gemm</*kZeroInit=*/false>(mma_pv, tOrP, tOrVt(_, _, _, state_v.index()), tOrO);
       turns.pass();
-      warpgroup_wait<1>();
+      warpgroup_wait<0>();
       pipeline_k.consumer_release(state_k);
       ++state_k;
       prescale_and_mask(tSrS, n_block);
       softmax.update(as_row_col(tSrS), factor, rescale);
-      rescale_o = any_factor_below_one(rescale);
-      // ptxas moves this wait up to the start of the softmax, so that it can interleave the P
-      // conversions below with the exponentials; held below the softmax (the overlap as written)
-      // it measured 1-3% slower at d128/d256 (docs/perf-log.md), so the order is left to ptxas.
-      warpgroup_wait<0>();
-      pipeline_v.consumer_release(state_v);
-      ++state_v;
       convert_fragment(tSrS, rP);
-      if (!Traits::kRescaleUnderQK && rescale_o) scale_rows(tOrO, rescale);
+      clear(tOrO);
+
+      // Steady state: S of block n is computed while P V of block n + 1 runs; the softmax of block
+      // n runs once S is done, under P V. O's rescale for block n runs either under the next S GEMM
+      // (before P V reads O) or right after this P V (see ForwardTileShape).
+      for (--n_block; n_block >= t.n_blocks.begin; --n_block) {
+        pipeline_k.consumer_wait(state_k);
+        turns.wait();
+        issue_warpgroup_gemm</*kZeroInit=*/true>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
+        if (Traits::kRescaleUnderQK && rescale_o) scale_rows(tOrO, rescale);
+        pipeline_v.consumer_wait(state_v);
+        issue_warpgroup_gemm</*kZeroInit=*/false>(mma_pv, tOrP, tOrVt(_, _, _, state_v.index()), tOrO);
+        turns.pass();
+        warpgroup_wait<1>();
+        pipeline_k.consumer_release(state_k);
+        ++state_k;
+        prescale_and_mask(tSrS, n_block);
+        softmax.update(as_row_col(tSrS), factor, rescale);
+        rescale_o = any_factor_below_one(rescale);
+        // ptxas moves this wait up to the start of the softmax, so that it can interleave the P
+        // conversions below with the exponentials; held below the softmax (the overlap as written)
+        // it measured 1-3% slower at d128/d256 (docs/perf-log.md), so the order is left to ptxas.
+        warpgroup_wait<0>();
+        pipeline_v.consumer_release(state_v);
+        ++state_v;
+        convert_fragment(tSrS, rP);
+        if (!Traits::kRescaleUnderQK && rescale_o) scale_rows(tOrO, rescale);
+      }
     }
 
     release_query<Traits>();  // every S GEMM of this tile is done
+    if (!has_keys) {
+      if (t.has_rows()) store_empty_tile<Traits>(params, t, thread, Traits::kConsumerThreads);
+      continue;
+    }
     if (Traits::kRescaleUnderQK && rescale_o) scale_rows(tOrO, rescale);
     pipeline_v.consumer_wait(state_v);
     issue_warpgroup_gemm</*kZeroInit=*/false>(mma_pv, tOrP, tOrVt(_, _, _, state_v.index()), tOrO);

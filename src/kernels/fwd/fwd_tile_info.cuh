@@ -22,6 +22,20 @@ struct ForwardTile {
   BlockRange unmasked;  // the ones among them that need no mask
 
   CUTE_DEVICE bool has_rows() const { return first_row < seqlen_q; }
+
+  // What the publisher warp hands the consumers after the last tile (no tile has a negative head).
+  CUTE_DEVICE static ForwardTile end_marker() {
+    ForwardTile t{};
+    t.head = -1;
+    return t;
+  }
+  CUTE_DEVICE bool is_end_marker() const { return head < 0; }
+};
+
+// The ring of published tiles in shared memory: the publisher writes a slot before it knows that
+// the consumers released the previous tile, and a slot is read until its tile's epilogue.
+struct ForwardSharedTiles {
+  static constexpr int kSlots = 3;
 };
 
 template <class Traits>
