@@ -7,7 +7,7 @@
 namespace hopattn {
 
 enum class FwdBarrier : uint32_t {
-  kQueryEmpty = 0,      // consumers are done with sQ; the producer may load the next tile's Q
+  kQueryEmpty = 0,      // consumers are done with sQ and the published tile (the publisher waits)
   kWarpScheduler0 = 1,  // + consumer warpgroup: its turn to issue tensor-core work (ping-pong)
 };
 
