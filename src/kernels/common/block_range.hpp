@@ -41,12 +41,10 @@ HOPATTN_HOST_DEVICE BlockRange visible_inner_blocks(BandMask mask, int outer_blo
                                                     int outer_pad, int inner_block_size, int outer_len,
                                                     int inner_len) {
   const RealRows rows = real_rows(outer_block, outer_block_size, outer_pad, outer_len);
-  const long long first_row = rows.first;
-  const long long last_row = rows.last;
-  if (first_row > last_row || inner_len <= 0) return BlockRange{};
+  if (rows.first > rows.last || inner_len <= 0) return BlockRange{};
   const long long shift = static_cast<long long>(inner_len) - outer_len;
-  const long long lo = mask.left >= 0 ? max_ll(0, first_row + shift - mask.left) : 0;
-  const long long hi = mask.right >= 0 ? min_ll(inner_len - 1, last_row + shift + mask.right) : inner_len - 1;
+  const long long lo = mask.left >= 0 ? max_ll(0, rows.first + shift - mask.left) : 0;
+  const long long hi = mask.right >= 0 ? min_ll(inner_len - 1, rows.last + shift + mask.right) : inner_len - 1;
   if (lo > hi) return BlockRange{};
   return BlockRange{static_cast<int>(lo / inner_block_size), static_cast<int>(hi / inner_block_size + 1)};
 }
@@ -62,13 +60,11 @@ HOPATTN_HOST_DEVICE BlockRange unmasked_inner_blocks(BandMask mask, int outer_bl
       visible_inner_blocks(mask, outer_block, outer_block_size, outer_pad, inner_block_size, outer_len, inner_len);
   if (visible.empty()) return visible;
   const RealRows rows = real_rows(outer_block, outer_block_size, outer_pad, outer_len);
-  const long long first_row = rows.first;
-  const long long last_row = rows.last;
   const long long shift = static_cast<long long>(inner_len) - outer_len;
   // The block must start at or after the last row's left edge and end by the first row's right
   // edge, and must not reach past inner_len.
-  const long long lo = mask.left >= 0 ? max_ll(0, last_row + shift - mask.left) : 0;
-  const long long hi_exclusive = mask.right >= 0 ? min_ll(inner_len, first_row + shift + mask.right + 1) : inner_len;
+  const long long lo = mask.left >= 0 ? max_ll(0, rows.last + shift - mask.left) : 0;
+  const long long hi_exclusive = mask.right >= 0 ? min_ll(inner_len, rows.first + shift + mask.right + 1) : inner_len;
   const long long begin = ceil_div(lo, inner_block_size);
   const long long end = floor_div(hi_exclusive, inner_block_size);
   if (begin >= end) return BlockRange{visible.end, visible.end};

@@ -91,7 +91,7 @@ struct ForwardKernelTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>, 1024> v;
     cutlass::arch::ClusterTransactionBarrier q_full;  // the next tile's Q and its entry of `tiles` are in
     cutlass::arch::ClusterBarrier q_empty;            // the publisher to the producer: sQ is free
-    ForwardTile tiles[ForwardSharedTiles::kSlots];    // published tiles, in turn
+    ForwardTile tiles[kPublishedTileSlots];          // published tiles, in turn
     typename Pipeline::SharedStorage pipeline_k;
     typename Pipeline::SharedStorage pipeline_v;
   };

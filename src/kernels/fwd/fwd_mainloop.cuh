@@ -60,7 +60,7 @@ CUTE_DEVICE void forward_tile_publisher(const ForwardParams<Traits>& params, typ
     // The slot last held the tile three back, whose epilogue every consumer finished before
     // releasing the tile two back, i.e. before this warp last passed the barrier below.
     if (leader) smem.tiles[slot] = done ? ForwardTile::end_marker() : make_forward_tile(params, linear);
-    slot = slot == ForwardSharedTiles::kSlots - 1 ? 0 : slot + 1;
+    slot = next_published_tile_slot(slot);
     if (!first) {
       cutlass::arch::NamedBarrier::sync(Traits::kQueryEmptyThreads, barrier_id(FwdBarrier::kQueryEmpty));
       if (leader) smem.q_empty.arrive();
@@ -105,6 +105,8 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   for (int round = 0;; ++round) {
     const int linear = TileScheduler::linear_tile(round, blockIdx.x, gridDim.x);
     if (linear >= total_tiles) break;
+    // The producer works out the tile itself rather than wait for the publisher: it runs a tile or
+    // more ahead, and of the tile it keeps only what its loads need.
     const ForwardTile t = make_forward_tile(params, linear);
     if (t.n_blocks.empty()) {  // the consumers write it without loads, once q_full completes
       wait_until_query_free();
@@ -226,7 +228,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
   const float factor = prescale ? 1.f : params.scale_log2;
   turns.start();
 
-  for (int slot = 0;; slot = slot == ForwardSharedTiles::kSlots - 1 ? 0 : slot + 1) {
+  for (int slot = 0;; slot = next_published_tile_slot(slot)) {
     smem.q_full.wait(q_phase);
     q_phase ^= 1;
     asm volatile("" ::: "memory");  // the read of the published tile stays after the wait (acquire)

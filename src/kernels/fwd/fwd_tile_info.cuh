@@ -34,9 +34,8 @@ struct ForwardTile {
 
 // The ring of published tiles in shared memory: the publisher writes a slot before it knows that
 // the consumers released the previous tile, and a slot is read until its tile's epilogue.
-struct ForwardSharedTiles {
-  static constexpr int kSlots = 3;
-};
+constexpr int kPublishedTileSlots = 3;
+CUTE_DEVICE int next_published_tile_slot(int slot) { return slot == kPublishedTileSlots - 1 ? 0 : slot + 1; }
 
 template <class Traits>
 CUTE_DEVICE ForwardTile make_forward_tile(const ForwardParams<Traits>& params, int linear) {
