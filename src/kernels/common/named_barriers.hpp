@@ -7,8 +7,7 @@
 namespace hopattn {
 
 enum class FwdBarrier : uint32_t {
-  kQueryEmpty = 0,      // consumers are done with sQ and the published tile (the publisher waits)
-  kWarpScheduler0 = 1,  // + consumer warpgroup: its turn to issue tensor-core work (ping-pong)
+  kWarpScheduler0 = 0,  // + consumer warpgroup: its turn to issue tensor-core work (ping-pong)
 };
 
 // The backward's barriers around the dQ staging buffers between the MMA warpgroups and the dQ

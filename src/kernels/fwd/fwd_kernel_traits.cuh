@@ -30,8 +30,8 @@ struct ForwardKernelTraits {
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * cutlass::NumThreadsPerWarpGroup;
   static constexpr int kThreads = kConsumerThreads + cutlass::NumThreadsPerWarpGroup;  // + producer
-  // Who meets at FwdBarrier::kQueryEmpty: the consumers and the publisher warp.
-  static constexpr int kQueryEmptyThreads = kConsumerThreads + cutlass::NumThreadsPerWarp;
+  // One arrival per consumer warp releases sQ.
+  static constexpr int kQueryReleaseArrivals = kConsumerThreads / cutlass::NumThreadsPerWarp;
   // Register budget per thread after setmaxnreg: the producer keeps few, the consumers take the rest
   // (65536 registers per SM, one CTA per SM).
   static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? 24 : 32;
@@ -90,7 +90,7 @@ struct ForwardKernelTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>, 1024> v;
     cutlass::arch::ClusterTransactionBarrier q_full;  // the next tile's Q and its entry of `tiles` are in
-    cutlass::arch::ClusterBarrier q_empty;            // the publisher to the producer: sQ is free
+    cutlass::arch::ClusterBarrier q_released;         // every consumer warp is done with sQ (its S GEMMs)
     ForwardTile tiles[kPublishedTileSlots];          // published tiles, in turn
     typename Pipeline::SharedStorage pipeline_k;
     typename Pipeline::SharedStorage pipeline_v;

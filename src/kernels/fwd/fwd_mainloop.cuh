@@ -41,31 +41,31 @@ struct ForwardSmemTensors {
 };
 
 // The consumers are done with sQ and with the published tile once each of them has issued its
-// tile's last S GEMM. Only the publisher waits for that at the named barrier (each role meets it
-// at one instruction); it passes the word on to the producer through q_empty.
+// tile's last S GEMM: one arrival per warp on q_released. The producer (before it loads the next
+// Q) and the publisher (before it hands over the next tile) both wait for it; neither can fall two
+// phases behind, since the next release needs a tile that both of them must first provide.
 template <class Traits>
-CUTE_DEVICE void release_query() {
-  cutlass::arch::NamedBarrier::arrive(Traits::kQueryEmptyThreads, barrier_id(FwdBarrier::kQueryEmpty));
+CUTE_DEVICE void release_query(typename Traits::SharedStorage& smem) {
+  if (cute::elect_one_sync()) smem.q_released.arrive();
 }
 
 template <class Traits>
 CUTE_DEVICE void forward_tile_publisher(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem) {
   const int total_tiles = params.scheduler.total_tiles();
   const bool leader = cute::elect_one_sync();
-  bool first = true;
+  uint32_t released_phase = 0;
   int slot = 0;
   for (int round = 0;; ++round) {
     const int linear = TileScheduler::linear_tile(round, blockIdx.x, gridDim.x);
     const bool done = linear >= total_tiles;
     // The slot last held the tile three back, whose epilogue every consumer finished before
-    // releasing the tile two back, i.e. before this warp last passed the barrier below.
+    // releasing the tile two back, i.e. before this warp last waited below.
     if (leader) smem.tiles[slot] = done ? ForwardTile::end_marker() : make_forward_tile(params, linear);
     slot = next_published_tile_slot(slot);
-    if (!first) {
-      cutlass::arch::NamedBarrier::sync(Traits::kQueryEmptyThreads, barrier_id(FwdBarrier::kQueryEmpty));
-      if (leader) smem.q_empty.arrive();
+    if (round > 0) {
+      smem.q_released.wait(released_phase);
+      released_phase ^= 1;
     }
-    first = false;
     if (leader) {
       // The arrive releases the tile to the consumers (mbarrier.arrive has release semantics);
       // CUTLASS's barrier asm has no memory clobber, so keep the compiler from sinking the store.
@@ -92,12 +92,12 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   auto state_v = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   const bool leader = threadIdx.x == 0;
   bool first_tile = true;
-  uint32_t q_empty_phase = 0;
+  uint32_t released_phase = 0;
   // sQ still holds the previous tile's Q until every consumer has issued its last S GEMM.
   auto wait_until_query_free = [&] {
     if (!first_tile) {
-      smem.q_empty.wait(q_empty_phase);
-      q_empty_phase ^= 1;
+      smem.q_released.wait(released_phase);
+      released_phase ^= 1;
     }
     first_tile = false;
   };
@@ -228,6 +228,41 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
   const float factor = prescale ? 1.f : params.scale_log2;
   turns.start();
 
+  // Masked entries become -inf. The mask's bounds are computed once per row, and only the
+  // boundary blocks pay for them. A negative scale is applied here (see OnlineSoftmax).
+  auto prescale_and_mask = [&](auto& tSrS, const ForwardTile& t, int n_block) {
+    cute::Tensor s = as_row_col(tSrS);
+    if (prescale) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(s); ++i) s(i) *= params.scale_log2;
+    }
+    if (n_block >= t.unmasked.begin && n_block < t.unmasked.end) return;
+    const int shift = t.seqlen_k - t.seqlen_q;
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(s); ++r) {
+      const int row = t.first_row + get<0>(tScS(r, 0));
+      const int first_col = n_block * Traits::kBlockN;
+      const int lo = mask.left >= 0 ? row + shift - mask.left - first_col : INT_MIN;
+      const int hi_right = mask.right >= 0 ? row + shift + mask.right + 1 : t.seqlen_k;
+      const int hi = (hi_right < t.seqlen_k ? hi_right : t.seqlen_k) - first_col;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) {
+        const int col = get<1>(tScS(r, c));
+        if (col < lo || col >= hi) s(r, c) = -INFINITY;
+      }
+    }
+  };
+
+  // Declared once for all tiles, and tiles without keys leave the loop body early: this form
+  // measured 1% faster at d128 than state declared per tile with every tile on one path, for the
+  // same work (docs/perf-log.md).
+  OnlineSoftmax<kRows> softmax;
+  float rescale[kRows];
+  cute::Tensor tOrO = partition_fragment_C(mma_pv, Shape<typename Traits::BlockM, typename Traits::HeadDim>{});
+  cute::Tensor tSrS = partition_fragment_C(mma_qk, Shape<typename Traits::BlockM, typename Traits::BlockN>{});
+  cute::Tensor rP = make_tensor_like<Element>(tSrS);
+  cute::Tensor tOrP = make_tensor(rP.data(), accumulator_as_a_operand_layout(rP.layout()));
+
   for (int slot = 0;; slot = next_published_tile_slot(slot)) {
     smem.q_full.wait(q_phase);
     q_phase ^= 1;
@@ -237,92 +272,56 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
     const ForwardTile& published = smem.tiles[slot];
     const ForwardTile t = published;
     if (t.is_end_marker()) break;
-    // Tiles without key blocks take the same path up to the release below: every role meets
-    // the named barrier at a single instruction.
-    const bool has_keys = !t.n_blocks.empty();
-
-    // Masked entries become -inf. The mask's bounds are computed once per row, and only the
-    // boundary blocks pay for them. A negative scale is applied here (see OnlineSoftmax).
-    const int shift = t.seqlen_k - t.seqlen_q;
-    auto prescale_and_mask = [&](auto& tSrS, int n_block) {
-      cute::Tensor s = as_row_col(tSrS);
-      if (prescale) {
-        CUTE_UNROLL
-        for (int i = 0; i < size(s); ++i) s(i) *= params.scale_log2;
-      }
-      if (n_block >= t.unmasked.begin && n_block < t.unmasked.end) return;
-      CUTE_UNROLL
-      for (int r = 0; r < size<0>(s); ++r) {
-        const int row = t.first_row + get<0>(tScS(r, 0));
-        const int first_col = n_block * Traits::kBlockN;
-        const int lo = mask.left >= 0 ? row + shift - mask.left - first_col : INT_MIN;
-        const int hi_right = mask.right >= 0 ? row + shift + mask.right + 1 : t.seqlen_k;
-        const int hi = (hi_right < t.seqlen_k ? hi_right : t.seqlen_k) - first_col;
-        CUTE_UNROLL
-        for (int c = 0; c < size<1>(s); ++c) {
-          const int col = get<1>(tScS(r, c));
-          if (col < lo || col >= hi) s(r, c) = -INFINITY;
-        }
-      }
-    };
-
-    OnlineSoftmax<kRows> softmax;
-    softmax.reset();
-    float rescale[kRows];
-    cute::Tensor tOrO = partition_fragment_C(mma_pv, Shape<typename Traits::BlockM, typename Traits::HeadDim>{});
-    cute::Tensor tSrS = partition_fragment_C(mma_qk, Shape<typename Traits::BlockM, typename Traits::BlockN>{});
-    cute::Tensor rP = make_tensor_like<Element>(tSrS);
-    cute::Tensor tOrP = make_tensor(rP.data(), accumulator_as_a_operand_layout(rP.layout()));
-
-    bool rescale_o = false;  // O is still zero
-    if (has_keys) {
-      // The first (highest) key block: S, then its softmax with nothing to overlap yet.
-      int n_block = t.n_blocks.end - 1;
-      pipeline_k.consumer_wait(state_k);
-      turns.wait();
-      issue_warpgroup_gemm</*kZeroInit=*/true>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
-      turns.pass();
-      warpgroup_wait<0>();
-      pipeline_k.consumer_release(state_k);
-      ++state_k;
-      prescale_and_mask(tSrS, n_block);
-      softmax.update(as_row_col(tSrS), factor, rescale);
-      convert_fragment(tSrS, rP);
-      clear(tOrO);
-
-      // Steady state: S of block n is computed while P V of block n + 1 runs; the softmax of block
-      // n runs once S is done, under P V. O's rescale for block n runs either under the next S GEMM
-      // (before P V reads O) or right after this P V (see ForwardTileShape).
-      for (--n_block; n_block >= t.n_blocks.begin; --n_block) {
-        pipeline_k.consumer_wait(state_k);
-        turns.wait();
-        issue_warpgroup_gemm</*kZeroInit=*/true>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
-        if (Traits::kRescaleUnderQK && rescale_o) scale_rows(tOrO, rescale);
-        pipeline_v.consumer_wait(state_v);
-        issue_warpgroup_gemm</*kZeroInit=*/false>(mma_pv, tOrP, tOrVt(_, _, _, state_v.index()), tOrO);
-        turns.pass();
-        warpgroup_wait<1>();
-        pipeline_k.consumer_release(state_k);
-        ++state_k;
-        prescale_and_mask(tSrS, n_block);
-        softmax.update(as_row_col(tSrS), factor, rescale);
-        rescale_o = any_factor_below_one(rescale);
-        // ptxas moves this wait up to the start of the softmax, so that it can interleave the P
-        // conversions below with the exponentials; held below the softmax (the overlap as written)
-        // it measured 1-3% slower at d128/d256 (docs/perf-log.md), so the order is left to ptxas.
-        warpgroup_wait<0>();
-        pipeline_v.consumer_release(state_v);
-        ++state_v;
-        convert_fragment(tSrS, rP);
-        if (!Traits::kRescaleUnderQK && rescale_o) scale_rows(tOrO, rescale);
-      }
-    }
-
-    release_query<Traits>();  // every S GEMM of this tile is done
-    if (!has_keys) {
+    if (t.n_blocks.empty()) {  // no key to attend to: O = 0, LSE = -inf
+      release_query<Traits>(smem);
       if (t.has_rows()) store_empty_tile<Traits>(params, t, thread, Traits::kConsumerThreads);
       continue;
     }
+
+    // The first (highest) key block: S, then its softmax with nothing to overlap yet.
+    int n_block = t.n_blocks.end - 1;
+    pipeline_k.consumer_wait(state_k);
+    turns.wait();
+    issue_warpgroup_gemm</*kZeroInit=*/true>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
+    turns.pass();
+    warpgroup_wait<0>();
+    pipeline_k.consumer_release(state_k);
+    ++state_k;
+    softmax.reset();
+    prescale_and_mask(tSrS, t, n_block);
+    softmax.update(as_row_col(tSrS), factor, rescale);
+    convert_fragment(tSrS, rP);
+    clear(tOrO);
+    bool rescale_o = false;  // O is still zero
+
+    // Steady state: S of block n is computed while P V of block n + 1 runs; the softmax of block
+    // n runs once S is done, under P V. O's rescale for block n runs either under the next S GEMM
+    // (before P V reads O) or right after this P V (see ForwardTileShape).
+    for (--n_block; n_block >= t.n_blocks.begin; --n_block) {
+      pipeline_k.consumer_wait(state_k);
+      turns.wait();
+      issue_warpgroup_gemm</*kZeroInit=*/true>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
+      if (Traits::kRescaleUnderQK && rescale_o) scale_rows(tOrO, rescale);
+      pipeline_v.consumer_wait(state_v);
+      issue_warpgroup_gemm</*kZeroInit=*/false>(mma_pv, tOrP, tOrVt(_, _, _, state_v.index()), tOrO);
+      turns.pass();
+      warpgroup_wait<1>();
+      pipeline_k.consumer_release(state_k);
+      ++state_k;
+      prescale_and_mask(tSrS, t, n_block);
+      softmax.update(as_row_col(tSrS), factor, rescale);
+      rescale_o = any_factor_below_one(rescale);
+      // ptxas moves this wait up to the start of the softmax, so that it can interleave the P
+      // conversions below with the exponentials; held below the softmax (the overlap as written)
+      // it measured 1-3% slower at d128/d256 (docs/perf-log.md), so the order is left to ptxas.
+      warpgroup_wait<0>();
+      pipeline_v.consumer_release(state_v);
+      ++state_v;
+      convert_fragment(tSrS, rP);
+      if (!Traits::kRescaleUnderQK && rescale_o) scale_rows(tOrO, rescale);
+    }
+
+    release_query<Traits>(smem);  // every S GEMM of this tile is done
     if (Traits::kRescaleUnderQK && rescale_o) scale_rows(tOrO, rescale);
     pipeline_v.consumer_wait(state_v);
     issue_warpgroup_gemm</*kZeroInit=*/false>(mma_pv, tOrP, tOrVt(_, _, _, state_v.index()), tOrO);
