@@ -49,11 +49,16 @@ CUTE_DEVICE void release_query(typename Traits::SharedStorage& smem) {
   if (cute::elect_one_sync()) smem.q_released.arrive();
 }
 
+// Waits until the consumers released the tile before the CTA's tile `round` (phase round - 1).
+template <class Traits>
+CUTE_DEVICE void wait_query_released_before(typename Traits::SharedStorage& smem, int round) {
+  if (round > 0) smem.q_released.wait((round - 1) & 1);
+}
+
 template <class Traits>
 CUTE_DEVICE void forward_tile_publisher(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem) {
   const int total_tiles = params.scheduler.total_tiles();
   const bool leader = cute::elect_one_sync();
-  uint32_t released_phase = 0;
   int slot = 0;
   for (int round = 0;; ++round) {
     const int linear = TileScheduler::linear_tile(round, blockIdx.x, gridDim.x);
@@ -62,10 +67,7 @@ CUTE_DEVICE void forward_tile_publisher(const ForwardParams<Traits>& params, typ
     // releasing the tile two back, i.e. before this warp last waited below.
     if (leader) smem.tiles[slot] = done ? ForwardTile::end_marker() : make_forward_tile(params, linear);
     slot = next_published_tile_slot(slot);
-    if (round > 0) {
-      smem.q_released.wait(released_phase);
-      released_phase ^= 1;
-    }
+    wait_query_released_before<Traits>(smem, round);
     if (leader) {
       // The arrive releases the tile to the consumers (mbarrier.arrive has release semantics);
       // CUTLASS's barrier asm has no memory clobber, so keep the compiler from sinking the store.
@@ -91,25 +93,16 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   auto state_k = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   auto state_v = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   const bool leader = threadIdx.x == 0;
-  bool first_tile = true;
-  uint32_t released_phase = 0;
-  // sQ still holds the previous tile's Q until every consumer has issued its last S GEMM.
-  auto wait_until_query_free = [&] {
-    if (!first_tile) {
-      smem.q_released.wait(released_phase);
-      released_phase ^= 1;
-    }
-    first_tile = false;
-  };
   const int total_tiles = params.scheduler.total_tiles();
-  for (int round = 0;; ++round) {
+  int round = 0;
+  for (;; ++round) {
     const int linear = TileScheduler::linear_tile(round, blockIdx.x, gridDim.x);
     if (linear >= total_tiles) break;
     // The producer works out the tile itself rather than wait for the publisher: it runs a tile or
     // more ahead, and of the tile it keeps only what its loads need.
     const ForwardTile t = make_forward_tile(params, linear);
     if (t.n_blocks.empty()) {  // the consumers write it without loads, once q_full completes
-      wait_until_query_free();
+      wait_query_released_before<Traits>(smem, round);
       if (leader) smem.q_full.arrive();
       continue;
     }
@@ -140,7 +133,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     auto load_k = [&](int n) { load(pipeline_k, state_k, params.tma_k, k_copy, n); };
     auto load_v = [&](int n) { load(pipeline_v, state_v, params.tma_vt, v_copy, n); };
     load_k(t.n_blocks.end - 1);  // while the consumers may still be in the previous tile's epilogue
-    wait_until_query_free();
+    wait_query_released_before<Traits>(smem, round);  // sQ holds the previous tile's Q until then
     if (leader) {
       smem.q_full.arrive_and_expect_tx(Traits::kQBytes);
       copy(params.tma_q.with(reinterpret_cast<uint64_t&>(smem.q_full)), tQgQ, tQsQ);
@@ -160,7 +153,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     }
   }
   // The end marker's q_full phase takes the producer's arrival too, once the last tile is released.
-  wait_until_query_free();
+  wait_query_released_before<Traits>(smem, round);
   if (leader) smem.q_full.arrive();
 }
 
