@@ -64,7 +64,11 @@ std::vector<ResultRow> run_problem(const BenchOptions& options, const BenchProbl
   const ForwardArgs forward_args = c.forward_args(fwd);
   std::vector<ResultRow> rows;
 
-  const auto run_forward = [&] { return forward(forward_args, nullptr); };
+  // With the workspace the library asks for, as the Python package passes it.
+  size_t forward_bytes = 0;
+  if (options.forward_workspace) require(forward_workspace_size(forward_args, &forward_bytes), "forward_workspace_size");
+  testing::DeviceBuffer forward_workspace(forward_bytes);
+  const auto run_forward = [&] { return forward(forward_args, Workspace{forward_workspace.data(), forward_bytes}, nullptr); };
   require(run_forward(), "forward");
   if (options.run_forward) {
     ResultRow row{"hopattn", "fwd", problem};

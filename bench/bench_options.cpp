@@ -67,6 +67,8 @@ Usage: hopattn-bench [options]
   --warmup N         untimed launches first (default 3)
   --reps N           timed launches; the median is reported (default 20)
   --no-check         skip the comparison with the reference
+  --no-forward-workspace
+                     run forward() without its optional workspace (no split tail)
   --seed N           input seed (default 0)
   --json PATH        also write results as JSON (docs/benchmarking.md schema); '-' for stdout
   -h, --help         this text
@@ -140,6 +142,7 @@ BenchOptions parse_options(int argc, char** argv) {
       {"--warmup", [&] { o.warmup = number(); }},
       {"--reps", [&] { o.repetitions = number(); }},
       {"--no-check", [&] { o.check = false; }},
+      {"--no-forward-workspace", [&] { o.forward_workspace = false; }},
       {"--seed", [&] { seed = static_cast<uint64_t>(number()); }},
       {"--json", [&] { o.json_path = text(); }},
   };

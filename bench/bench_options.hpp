@@ -19,6 +19,7 @@ struct BenchOptions {
   bool run_forward = true;
   bool run_backward = true;
   bool check = true;
+  bool forward_workspace = true;  // pass forward() the workspace it asks for
   int warmup = 3;
   int repetitions = 20;
   std::string json_path;  // empty: no JSON; "-": stdout

@@ -129,6 +129,17 @@ struct Workspace {
 // Computes O (and LSE) on `stream`. Validates all arguments first; nothing is launched on error.
 Status forward(const ForwardArgs& args, Stream stream);
 
+// Device workspace with which forward() can run faster (0 when it has no use for one). Without a
+// mask, when the query tiles do not fill the GPU's last round of work, the forward splits that
+// round's tiles along the keys across all SMs and merges the pieces through this workspace. The
+// size depends on the arguments and the current device.
+Status forward_workspace_size(const ForwardArgs& args, size_t* bytes);
+
+// forward() with a workspace of forward_workspace_size() bytes (or more). Its contents need not be
+// initialised; workspace.data == nullptr runs without one. The result is reproducible run to run
+// either way, but with and without a workspace the summation order (and the last bits) may differ.
+Status forward(const ForwardArgs& args, Workspace workspace, Stream stream);
+
 // Device workspace the backward needs for these arguments (may be 0).
 Status backward_workspace_size(const BackwardArgs& args, size_t* bytes);
 

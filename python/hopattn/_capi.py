@@ -269,6 +269,16 @@ def library() -> ctypes.CDLL:
             lib = ctypes.CDLL(str(path))
             lib.hopattn_forward.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
             lib.hopattn_forward.restype = ctypes.c_int
+            if hasattr(lib, "hopattn_forward_workspace_size"):  # older libraries have none
+                lib.hopattn_forward_workspace_size.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
+                lib.hopattn_forward_workspace_size.restype = ctypes.c_int
+                lib.hopattn_forward_with_workspace.argtypes = [
+                    ctypes.c_char_p,
+                    ctypes.c_void_p,
+                    ctypes.c_size_t,
+                    ctypes.c_void_p,
+                ]
+                lib.hopattn_forward_with_workspace.restype = ctypes.c_int
             lib.hopattn_backward_workspace_size.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
             lib.hopattn_backward_workspace_size.restype = ctypes.c_int
             lib.hopattn_backward.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
@@ -338,6 +348,26 @@ def forward(args: bytes, stream: int) -> None:
     """hopattn_forward on packed arguments; raises on error."""
     lib = _library if _library is not None else library()
     status = lib.hopattn_forward(args, stream)
+    if status:
+        raise_for_status(status, "hopattn forward")
+
+
+def forward_workspace_size(args: bytes) -> int:
+    """hopattn_forward_workspace_size (the current CUDA device's; 0 for a library without the
+    function); raises on error."""
+    lib = _library if _library is not None else library()
+    if not hasattr(lib, "hopattn_forward_workspace_size"):
+        return 0
+    size = ctypes.c_size_t(0)
+    status = lib.hopattn_forward_workspace_size(args, ctypes.byref(size))
+    if status:
+        raise_for_status(status, "hopattn forward")
+    return size.value
+
+
+def forward_with_workspace(args: bytes, workspace: int, workspace_bytes: int, stream: int) -> None:
+    lib = _library if _library is not None else library()
+    status = lib.hopattn_forward_with_workspace(args, workspace, workspace_bytes, stream)
     if status:
         raise_for_status(status, "hopattn forward")
 

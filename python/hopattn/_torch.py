@@ -209,7 +209,14 @@ def forward_impl(
         varlen_fields,
     )
     with _OnDevice(q.device) as stream:
-        _capi.forward(args, stream)
+        # The size depends on the device (its SM count), hence inside the device scope.
+        workspace_bytes = _capi.forward_workspace_size(args)
+        if workspace_bytes:
+            # From the caching allocator: no cudaMalloc per call, and capturable in a CUDA graph.
+            workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device)
+            _capi.forward_with_workspace(args, workspace.data_ptr(), workspace_bytes, stream)
+        else:
+            _capi.forward(args, stream)
     return out, lse
 
 

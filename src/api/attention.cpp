@@ -10,13 +10,28 @@
 
 namespace hopattn {
 
-Status forward(const ForwardArgs& args, Stream stream) {
+Status forward_workspace_size(const ForwardArgs& args, size_t* bytes) {
+  if (bytes == nullptr) return Status(StatusCode::kInvalidArgument, "bytes is null");
   Problem problem;
   ForwardTensors tensors;
   if (Status s = validate_forward(args, &problem, &tensors); !s.ok()) return s;
   if (Status s = check_current_device(); !s.ok()) return s;
-  return run_forward(problem, tensors, stream);
+  *bytes = forward_workspace_bytes(problem, tensors);
+  return Status();
 }
+
+Status forward(const ForwardArgs& args, Workspace workspace, Stream stream) {
+  Problem problem;
+  ForwardTensors tensors;
+  if (Status s = validate_forward(args, &problem, &tensors); !s.ok()) return s;
+  if (Status s = check_current_device(); !s.ok()) return s;
+  if (workspace.data == nullptr) return run_forward(problem, tensors, nullptr, stream);
+  const size_t required = forward_workspace_bytes(problem, tensors);
+  if (Status s = validate_workspace(workspace, required, "forward"); !s.ok()) return s;
+  return run_forward(problem, tensors, required > 0 ? workspace.data : nullptr, stream);
+}
+
+Status forward(const ForwardArgs& args, Stream stream) { return forward(args, Workspace{}, stream); }
 
 Status backward_workspace_size(const BackwardArgs& args, size_t* bytes) {
   if (bytes == nullptr) return Status(StatusCode::kInvalidArgument, "bytes is null");
@@ -31,7 +46,9 @@ Status backward(const BackwardArgs& args, Workspace workspace, Stream stream) {
   Problem problem;
   BackwardTensors tensors;
   if (Status s = validate_backward(args, &problem, &tensors); !s.ok()) return s;
-  if (Status s = validate_workspace(workspace, backward_workspace_bytes(problem, tensors)); !s.ok()) return s;
+  if (Status s = validate_workspace(workspace, backward_workspace_bytes(problem, tensors), "backward"); !s.ok()) {
+    return s;
+  }
   if (Status s = check_current_device(); !s.ok()) return s;
   return run_backward(problem, tensors, workspace.data, args.deterministic, stream);
 }

@@ -117,6 +117,24 @@ int hopattn_forward(const hopattn_forward_args* user, void* stream) {
   return hopattn::report(s);
 }
 
+int hopattn_forward_workspace_size(const hopattn_forward_args* user, size_t* bytes) {
+  hopattn_forward_args args;
+  Status s = hopattn::read_args(user, hopattn_forward_args_init, "args", &args);
+  if (s.ok()) s = hopattn::forward_workspace_size(hopattn::to_forward_args(args), bytes);
+  return hopattn::report(s);
+}
+
+int hopattn_forward_with_workspace(const hopattn_forward_args* user, void* workspace, size_t workspace_bytes,
+                                   void* stream) {
+  hopattn_forward_args args;
+  Status s = hopattn::read_args(user, hopattn_forward_args_init, "args", &args);
+  if (s.ok()) {
+    s = hopattn::forward(hopattn::to_forward_args(args), hopattn::Workspace{workspace, workspace_bytes},
+                         static_cast<hopattn::Stream>(stream));
+  }
+  return hopattn::report(s);
+}
+
 int hopattn_backward_workspace_size(const hopattn_backward_args* user, size_t* bytes) {
   hopattn_backward_args args;
   Status s = hopattn::read_args(user, hopattn_backward_args_init, "args", &args);

@@ -9,17 +9,21 @@
 namespace hopattn {
 namespace {
 
-using ForwardLauncher = cudaError_t (*)(const Problem&, const ForwardTensors&, const DeviceLimits&, cudaStream_t);
+using ForwardLauncher = cudaError_t (*)(const Problem&, const ForwardTensors&, const DeviceLimits&, void*,
+                                        cudaStream_t);
+using ForwardWorkspaceSizer = size_t (*)(const Problem&, const DeviceLimits&);
 
 struct ForwardKernelEntry {
   DType dtype;
   int head_dim;
   ForwardLauncher launch;
+  ForwardWorkspaceSizer workspace_bytes;
 };
 
 // One entry per instantiation this build compiled (generated from HOPATTN_HEADDIMS/HOPATTN_DTYPES).
 constexpr ForwardKernelEntry kForwardKernels[] = {
-#define HOPATTN_KERNEL(dtype, head_dim) {DType::dtype, head_dim, &launch_forward_kernel<DType::dtype, head_dim>},
+#define HOPATTN_KERNEL(dtype, head_dim) \
+  {DType::dtype, head_dim, &launch_forward_kernel<DType::dtype, head_dim>, &forward_workspace_bytes<DType::dtype, head_dim>},
 #include "kernels/instantiations/kernel_list.inc"
 #undef HOPATTN_KERNEL
 };
@@ -35,7 +39,7 @@ const ForwardKernelEntry* find_forward_kernel(DType dtype, int head_dim) {
 }
 
 // The Hopper kernel (kNotSupported when this build did not compile one for the problem).
-Status run_forward_kernel(const Problem& problem, const ForwardTensors& tensors, cudaStream_t stream) {
+Status run_forward_kernel(const Problem& problem, const ForwardTensors& tensors, void* workspace, cudaStream_t stream) {
   const ForwardKernelEntry* kernel = find_forward_kernel(problem.dtype, problem.head_dim);
   if (kernel == nullptr) {
     return Status(StatusCode::kNotSupported,
@@ -43,7 +47,8 @@ Status run_forward_kernel(const Problem& problem, const ForwardTensors& tensors,
                       " with head_dim >= " + std::to_string(problem.head_dim) +
                       "; rebuild with it in the CMake options HOPATTN_DTYPES / HOPATTN_HEADDIMS");
   }
-  return cuda_status(kernel->launch(problem, tensors, current_device_limits(), stream), "forward kernel launch");
+  return cuda_status(kernel->launch(problem, tensors, current_device_limits(), workspace, stream),
+                     "forward kernel launch");
 }
 
 }  // namespace
@@ -58,15 +63,25 @@ bool has_broadcast_input(const Problem& p, const RowTensor& q, const RowTensor& 
   return broadcast(q, q_rows, p.heads) || broadcast(k, k_rows, p.heads_kv) || broadcast(v, k_rows, p.heads_kv);
 }
 
-Status run_forward(const Problem& problem, const ForwardTensors& tensors, cudaStream_t stream) {
+// Without a single key there is nothing to load (and no valid TMA descriptor for K/V): every row
+// is O = 0, LSE = -inf, which the simple kernel writes; it also takes broadcast inputs.
+bool takes_simple_path(const Problem& problem, const ForwardTensors& tensors) {
+  return problem.total_k() == 0 || has_broadcast_input(problem, tensors.q, tensors.k, tensors.v);
+}
+
+size_t forward_workspace_bytes(const Problem& problem, const ForwardTensors& tensors) {
+  if (problem.total_q() == 0 || takes_simple_path(problem, tensors)) return 0;
+  const ForwardKernelEntry* kernel = find_forward_kernel(problem.dtype, problem.head_dim);
+  return kernel == nullptr ? 0 : kernel->workspace_bytes(problem, current_device_limits());
+}
+
+Status run_forward(const Problem& problem, const ForwardTensors& tensors, void* workspace, cudaStream_t stream) {
   if (problem.total_q() == 0) return Status();  // nothing to write
-  // Without a single key there is nothing to load (and no valid TMA descriptor for K/V): every row
-  // is O = 0, LSE = -inf, which the simple kernel writes; it also takes broadcast inputs.
-  if (problem.total_k() == 0 || has_broadcast_input(problem, tensors.q, tensors.k, tensors.v)) {
+  if (takes_simple_path(problem, tensors)) {
     return cuda_status(reference_forward(problem, tensors, ReferencePrecision::kFloat32, stream),
                        "forward kernel launch");
   }
-  return run_forward_kernel(problem, tensors, stream);
+  return run_forward_kernel(problem, tensors, workspace, stream);
 }
 
 }  // namespace hopattn

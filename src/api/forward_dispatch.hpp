@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+
 #include "api/problem.hpp"
 #include "hopattn/hopattn.hpp"
 
@@ -13,8 +15,13 @@ namespace hopattn {
 // but is not given to TMA, which may reject such a descriptor; those calls take the simple path.
 bool has_broadcast_input(const Problem& p, const RowTensor& q, const RowTensor& k, const RowTensor& v);
 
+// The workspace the forward of a validated problem can use on the current device (0: none; see
+// forward_workspace_size). Expects check_current_device() to have passed.
+size_t forward_workspace_bytes(const Problem& problem, const ForwardTensors& tensors);
+
 // The forward of a validated problem: the Hopper kernel, or for the corner cases it does not take
-// (no keys at all, stride-0 broadcast inputs) the simple reference kernel at fp32.
-Status run_forward(const Problem& problem, const ForwardTensors& tensors, cudaStream_t stream);
+// (no keys at all, stride-0 broadcast inputs) the simple reference kernel at fp32. `workspace`:
+// null, or forward_workspace_bytes() bytes.
+Status run_forward(const Problem& problem, const ForwardTensors& tensors, void* workspace, cudaStream_t stream);
 
 }  // namespace hopattn

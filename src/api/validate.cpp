@@ -354,14 +354,15 @@ Status validate_backward(const BackwardArgs& a, Problem* p, BackwardTensors* t) 
   return Status();
 }
 
-Status validate_workspace(const Workspace& w, size_t required) {
+Status validate_workspace(const Workspace& w, size_t required, const char* call) {
   if (required == 0) return Status();
   if (w.data == nullptr) {
-    return invalid("workspace.data is null but this backward needs ", required, " bytes (see backward_workspace_size)");
+    return invalid("workspace.data is null but this ", call, " needs ", required, " bytes (see ", call,
+                   "_workspace_size)");
   }
   if (w.bytes < required) {
-    return invalid("workspace.bytes is ", w.bytes, " but this backward needs ", required,
-                   " bytes (see backward_workspace_size)");
+    return invalid("workspace.bytes is ", w.bytes, " but this ", call, " needs ", required, " bytes (see ", call,
+                   "_workspace_size)");
   }
   if (reinterpret_cast<uintptr_t>(w.data) % kAlignmentBytes != 0) {
     return invalid("workspace.data = ", w.data, " is not 16-byte aligned");

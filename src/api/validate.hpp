@@ -10,7 +10,7 @@ namespace hopattn {
 Status validate_forward(const ForwardArgs& args, Problem* problem, ForwardTensors* tensors);
 Status validate_backward(const BackwardArgs& args, Problem* problem, BackwardTensors* tensors);
 
-// Checks a caller's workspace against the bytes a backward needs.
-Status validate_workspace(const Workspace& workspace, size_t required_bytes);
+// Checks a caller's workspace against the bytes that `call` ("forward", "backward") needs.
+Status validate_workspace(const Workspace& workspace, size_t required_bytes, const char* call);
 
 }  // namespace hopattn

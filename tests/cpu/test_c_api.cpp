@@ -71,6 +71,13 @@ TEST(CApi, NullAndUninitialisedArgs) {
   EXPECT_EQ(hopattn_backward_workspace_size(&b, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(hopattn_last_error()).find("q.rank is 0 but must be 4"), std::string::npos)
       << hopattn_last_error();
+  EXPECT_EQ(hopattn_forward_workspace_size(nullptr, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(hopattn_last_error(), "args is null");
+  const hopattn_forward_args bad = forward_args_with_bad_k_dtype();
+  EXPECT_EQ(hopattn_forward_workspace_size(&bad, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("k.dtype"), std::string::npos) << hopattn_last_error();
+  EXPECT_EQ(hopattn_forward_with_workspace(&bad, nullptr, 0, nullptr), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("k.dtype"), std::string::npos) << hopattn_last_error();
 }
 
 TEST(CApi, ShorterStructFromAnOlderHeaderGetsDefaults) {

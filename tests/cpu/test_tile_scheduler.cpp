@@ -76,5 +76,68 @@ TEST(TileScheduler, ZigZagAlternatesDirection) {
   EXPECT_EQ(TileScheduler::linear_tile(1, 9, 10), 10);
 }
 
+// The split tail: with scheduled() as the kernels run it, every key block of every tile is
+// visited exactly once; each piece of a split tile but the last goes to a slot of its own CTA, the
+// last one (on a later CTA) merges exactly the others; a CTA writes at most one partial, and before
+// it waits for any.
+TEST(TileScheduler, SplitTailCoversEveryKeyBlockOnce) {
+  std::mt19937 rng(11);
+  int splits = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int ctas = 1 + static_cast<int>(rng() % 140);
+    const int key_blocks = 1 + static_cast<int>(rng() % 80);
+    TileScheduler s = TileScheduler::make(1 + static_cast<int>(rng() % 20), 1 + static_cast<int>(rng() % 8),
+                                          1 + static_cast<int>(rng() % 4), 1, 1, 0);
+    s.tail = TailSplit::choose(s.total_tiles(), key_blocks, ctas);
+    if (!s.tail.enabled()) continue;
+    ++splits;
+    ASSERT_LE(4 * s.tail.units_per_cta, 3 * key_blocks);
+    std::vector<int> seen(static_cast<size_t>(s.total_tiles()) * key_blocks, 0);
+    std::vector<int> partials_per_cta(ctas, 0);
+    std::vector<std::vector<int>> writers(s.total_tiles()), merged(s.total_tiles());
+    for (int cta = 0; cta < ctas; ++cta) {
+      bool owned = false;
+      for (int round = 0;; ++round) {
+        const ScheduledTile t = s.scheduled(round, cta, ctas);
+        if (t.linear >= s.total_tiles()) break;
+        const bool piece = t.linear >= s.tail.first_tile;
+        const int begin = piece ? t.key_begin : 0, end = piece ? t.key_end : key_blocks;
+        ASSERT_TRUE(begin >= 0 && begin < end && end <= key_blocks) << begin << " " << end;
+        for (int n = begin; n < end; ++n) ++seen[static_cast<size_t>(t.linear) * key_blocks + n];
+        if (!piece) {
+          EXPECT_FALSE(t.piece.writes_partial());
+          EXPECT_EQ(t.piece.merge_count, 0);
+        } else if (t.piece.writes_partial()) {
+          EXPECT_EQ(t.piece.partial_slot, cta);
+          EXPECT_FALSE(owned) << "a CTA writes its partial before it waits as an owner";
+          ++partials_per_cta[cta];
+          writers[t.linear].push_back(cta);
+        } else {
+          owned = true;
+          for (int i = 0; i < t.piece.merge_count; ++i) merged[t.linear].push_back(t.piece.merge_first + i);
+          for (int slot : merged[t.linear]) EXPECT_LT(slot, cta) << "an owner waits only on earlier CTAs";
+        }
+      }
+    }
+    for (int count : seen) ASSERT_EQ(count, 1);
+    for (int count : partials_per_cta) EXPECT_LE(count, 1);
+    for (int tile = s.tail.first_tile; tile < s.total_tiles(); ++tile) EXPECT_EQ(writers[tile], merged[tile]);
+  }
+  EXPECT_GT(splits, 50);
+}
+
+// The sweep's d128 shape at 4k keys: 2048 tiles of 32 key blocks on 132 SMs leave 68 tiles for
+// the last round, dealt as runs of 17 key blocks (15 + 17/32 rounds instead of 16). At 2k keys
+// (16 blocks, runs of 9) the split would save too little to pay.
+TEST(TileScheduler, SplitTailOfTheStandardProblem) {
+  const TailSplit t = TailSplit::choose(2048, 32, 132);
+  EXPECT_EQ(t.first_tile, 1980);
+  EXPECT_EQ(t.units_per_cta, 17);
+  EXPECT_FALSE(TailSplit::choose(2048, 16, 132).enabled());
+  EXPECT_FALSE(TailSplit::choose(2112, 32, 132).enabled());            // whole rounds
+  EXPECT_FALSE(TailSplit::choose(15 * 132 + 120, 32, 132).enabled());  // a nearly full last round
+  EXPECT_EQ(TailSplit::choose(4, 64, 132).units_per_cta, 16);          // at most about four pieces a tile
+}
+
 }  // namespace
 }  // namespace hopattn

@@ -73,6 +73,9 @@ void expect_forward_invalid(const std::function<void(ForwardArgs&)>& mutate, con
   ForwardArgs a = make();
   mutate(a);
   expect_invalid(forward(a, nullptr), fragment);
+  expect_invalid(forward(a, Workspace{fake(20), size_t{1} << 30}, nullptr), fragment);
+  size_t bytes = 0;
+  expect_invalid(forward_workspace_size(a, &bytes), fragment);  // validated before the device is asked
 }
 
 void expect_backward_invalid(const std::function<void(BackwardArgs&)>& mutate, const std::string& fragment) {
@@ -347,6 +350,7 @@ TEST(Validation, Workspace) {
   expect_invalid(backward(a, Workspace{fake(20), bytes - 1}, nullptr), "workspace.bytes is");
   expect_invalid(backward(a, Workspace{static_cast<char*>(fake(20)) + 8, bytes}, nullptr), "workspace.data = ");
   expect_invalid(backward_workspace_size(a, nullptr), "bytes is null");
+  expect_invalid(forward_workspace_size(valid_forward(), nullptr), "bytes is null");
 }
 
 TEST(Validation, ZeroSizeProblemsAreValid) {

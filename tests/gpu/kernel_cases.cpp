@@ -144,6 +144,19 @@ bool built_for(DType dtype, int head_dim) {
   return dtype_built && dim_built;
 }
 
+Status call_forward(const AttentionCase& c, const Outputs& out, bool with_workspace, cudaStream_t stream) {
+  const ForwardArgs args = c.forward_args(out);
+  if (!with_workspace) return forward(args, stream);
+  size_t bytes = 0;
+  if (Status s = forward_workspace_size(args, &bytes); !s.ok()) return s;
+  // Kept and never freed, as call_backward's.
+  static DeviceBuffer* workspace = new DeviceBuffer();
+  if (workspace->bytes() < bytes) *workspace = DeviceBuffer(bytes);
+  // The split tail's flags and partials must not depend on what was there before.
+  if (stream == nullptr && workspace->bytes() > 0) workspace->fill_bytes(0x7F);
+  return forward(args, Workspace{workspace->data(), bytes}, stream);
+}
+
 Status call_backward(const AttentionCase& c, const Outputs& fwd, const Outputs& grads, bool deterministic,
                      cudaStream_t stream) {
   BackwardArgs args = c.backward_args(fwd, grads);

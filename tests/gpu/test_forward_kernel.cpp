@@ -1,7 +1,7 @@
 // The Hopper forward kernel behind forward(): a sweep of dtypes, head dims (kernel dims and the
 // ones that run zero-padded on the next kernel dim up), masks, GQA/MQA, varlen and odd sizes
 // against the float64 GPU oracle with FA3's rule and poisoned outputs; broadcast K/V; CUDA-graph
-// capture; concurrent calls from several host threads. Tensors past 2^31 elements:
+// capture; concurrent calls from several host threads; the split tail and its workspace. Tensors past 2^31 elements:
 // test_large_tensors.cpp.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -17,6 +17,7 @@
 #include "api/device.hpp"
 #include "hopattn/hopattn.hpp"
 #include "testing/attention_case.hpp"
+#include "testing/device_buffer.hpp"
 #include "testing/gpu_oracle.hpp"
 #include "testing/tolerance.hpp"
 #include "kernel_cases.hpp"
@@ -37,12 +38,14 @@ void expect_ok(const ErrorReport& r) {
   EXPECT_TRUE(r.ok) << r.str();
 }
 
-// forward() on fresh random inputs into poisoned outputs, checked against the float64 GPU oracle.
-// A configuration the build left out must say so (kNotSupported naming the CMake option).
+// forward() on fresh random inputs into poisoned outputs, checked against the float64 GPU oracle:
+// with the workspace it asks for (a poisoned one) and, where it asks for one (a split tail),
+// without it too. A configuration the build left out must say so (kNotSupported naming the CMake
+// option).
 void check_forward(const CaseSpec& spec) {
   AttentionCase c(spec);
   const Outputs out = c.new_outputs();
-  const Status s = forward(c.forward_args(out), nullptr);
+  const Status s = call_forward(c, out, /*with_workspace=*/true);
   if (!built_for(spec.dtype, spec.head_dim)) {
     EXPECT_EQ(s.code(), StatusCode::kNotSupported) << s.message();
     EXPECT_NE(s.message().find("HOPATTN_"), std::string::npos) << s.message();
@@ -51,6 +54,15 @@ void check_forward(const CaseSpec& spec) {
   ASSERT_TRUE(s.ok()) << s.message();
   check_cuda(cudaDeviceSynchronize(), "forward");
   for (const ErrorReport& r : check_with_gpu_oracle(c, out, nullptr).forward) expect_ok(r);
+
+  size_t bytes = 0;
+  ASSERT_TRUE(forward_workspace_size(c.forward_args(out), &bytes).ok());
+  if (bytes == 0) return;
+  std::cout << "    without workspace:\n";
+  const Outputs plain = c.new_outputs();
+  ASSERT_TRUE(call_forward(c, plain, /*with_workspace=*/false).ok());
+  check_cuda(cudaDeviceSynchronize(), "forward");
+  for (const ErrorReport& r : check_with_gpu_oracle(c, plain, nullptr).forward) expect_ok(r);
 }
 
 class ForwardSweep : public ForwardKernel, public ::testing::WithParamInterface<NamedCase> {};
@@ -116,6 +128,76 @@ TEST_F(ForwardKernel, CapturedInCudaGraphMatchesDirectCall) {
   }
 }
 
+// The split tail after a full round: 200 tiles of 32 key blocks, 68 of them in the last round on
+// the H200's 132 SMs, each split over two or three CTAs. Checked like the sweep, and bitwise equal
+// on a second run.
+TEST_F(ForwardKernel, SplitTailAfterAFullRound) {
+  CaseSpec spec;
+  spec.heads = spec.heads_kv = 8;
+  spec.head_dim = 128;
+  spec.seqlen_q = 25 * 128;
+  spec.seqlen_k = 4096;
+  spec.seed = 21;
+  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
+  AttentionCase c(spec);
+  size_t bytes = 0;
+  const Outputs first = c.new_outputs(), second = c.new_outputs();
+  ASSERT_TRUE(forward_workspace_size(c.forward_args(first), &bytes).ok());
+  EXPECT_GT(bytes, 0u) << "no split tail: this test no longer tests it";
+  ASSERT_TRUE(call_forward(c, first, /*with_workspace=*/true).ok());
+  ASSERT_TRUE(call_forward(c, second, /*with_workspace=*/true).ok());
+  check_cuda(cudaDeviceSynchronize(), "forward");
+  for (const ErrorReport& r : check_with_gpu_oracle(c, first, nullptr).forward) expect_ok(r);
+  for (Field f : {Field::kO, Field::kLse}) {
+    const Downloaded a = c.download(first, f), b = c.download(second, f);
+    EXPECT_EQ(0, std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(double)));
+  }
+}
+
+// A workspace smaller than forward_workspace_size() is an error, named; none at all is not.
+TEST_F(ForwardKernel, WorkspaceTooSmallIsRejected) {
+  CaseSpec spec;
+  spec.head_dim = 128;
+  spec.seqlen_q = 300;
+  spec.seqlen_k = 3000;
+  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
+  AttentionCase c(spec);
+  const Outputs out = c.new_outputs();
+  const ForwardArgs args = c.forward_args(out);
+  size_t bytes = 0;
+  ASSERT_TRUE(forward_workspace_size(args, &bytes).ok());
+  ASSERT_GT(bytes, 0u);
+  DeviceBuffer workspace(bytes);
+  const Status s = forward(args, Workspace{workspace.data(), bytes - 1}, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("workspace.bytes"), std::string::npos) << s.message();
+  EXPECT_TRUE(forward(args, Workspace{nullptr, 0}, nullptr).ok());
+  check_cuda(cudaDeviceSynchronize(), "forward");
+}
+
+// The split tail (a memset and the kernel) captured into a CUDA graph and replayed gives bitwise
+// the direct result.
+TEST_F(ForwardKernel, SplitTailCapturedInCudaGraphMatchesDirectCall) {
+  CaseSpec spec;
+  spec.head_dim = 128;
+  spec.batch = 3;
+  spec.seqlen_q = 700;
+  spec.seqlen_k = 4100;
+  spec.seed = 78;
+  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
+  AttentionCase c(spec);
+  const Outputs direct = c.new_outputs(), graphed = c.new_outputs();
+  ASSERT_TRUE(call_forward(c, direct, /*with_workspace=*/true).ok());
+  check_cuda(cudaDeviceSynchronize(), "direct forward");
+  const Status s =
+      capture_and_replay([&](cudaStream_t stream) { return call_forward(c, graphed, /*with_workspace=*/true, stream); }, 3);
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (Field f : {Field::kO, Field::kLse}) {
+    const Downloaded a = c.download(direct, f), b = c.download(graphed, f);
+    EXPECT_EQ(0, std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(double)));
+  }
+}
+
 // Several host threads calling forward() at once on their own streams get the single-threaded
 // results bitwise.
 TEST_F(ForwardKernel, ConcurrentCallsFromHostThreads) {
@@ -124,7 +206,7 @@ TEST_F(ForwardKernel, ConcurrentCallsFromHostThreads) {
   for (int t = 0; t < kThreads; ++t) {
     specs[t].head_dim = 128;
     specs[t].seqlen_q = 200 + 50 * t;
-    specs[t].seqlen_k = 300;
+    specs[t].seqlen_k = 3000;  // 24 key blocks: the non-causal ones split
     specs[t].causal = t % 2 == 1;
     specs[t].seed = 400 + t;
   }
@@ -134,7 +216,7 @@ TEST_F(ForwardKernel, ConcurrentCallsFromHostThreads) {
   for (const AttentionCase& c : cases) {
     expected.push_back(c.new_outputs());
     got.push_back(c.new_outputs());
-    ASSERT_TRUE(forward(c.forward_args(expected.back()), nullptr).ok());
+    ASSERT_TRUE(call_forward(c, expected.back(), /*with_workspace=*/true).ok());
   }
   check_cuda(cudaDeviceSynchronize(), "single-threaded forward");
 
@@ -144,8 +226,12 @@ TEST_F(ForwardKernel, ConcurrentCallsFromHostThreads) {
     threads.emplace_back([&, t] {
       cudaStream_t stream;
       cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-      for (int i = 0; i < kCallsPerThread; ++i) {
-        const Status s = forward(cases[t].forward_args(got[t]), stream);
+      const ForwardArgs args = cases[t].forward_args(got[t]);
+      size_t bytes = 0;
+      failures[t] = forward_workspace_size(args, &bytes);
+      const DeviceBuffer workspace(bytes);  // each thread its own: the non-causal cases split
+      for (int i = 0; i < kCallsPerThread && failures[t].ok(); ++i) {
+        const Status s = forward(args, Workspace{workspace.data(), bytes}, stream);
         if (!s.ok()) failures[t] = s;
       }
       cudaStreamSynchronize(stream);

@@ -156,6 +156,15 @@ def test_forward_rejects_each_wrong_field_with_the_library_message(lib, override
     assert isinstance(info.value, ValueError)
 
 
+@pytest.mark.parametrize("override, message", [(dict(q=_t((B, SQ, H))), "q.rank is 3 but must be 4")])
+def test_forward_workspace_calls_validate_first(lib, override, message):
+    # Both validate before they ask for the device (the size depends on it).
+    with pytest.raises(_capi.InvalidArgumentError, match=message.replace("[", r"\[")):
+        _capi.forward_workspace_size(_forward_args(**override))
+    with pytest.raises(_capi.InvalidArgumentError, match=message.replace("[", r"\[")):
+        _capi.forward_with_workspace(_forward_args(**override), 0, 0, None)
+
+
 def test_causal_with_a_right_window_is_rejected(lib):
     with pytest.raises(ValueError, match="causal"):
         _capi.forward(_forward_args(causal=1, right=4), None)

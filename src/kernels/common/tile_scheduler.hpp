@@ -9,6 +9,15 @@
 // (bottom-right aligned) the last query blocks see the most keys, so the short tiles form the
 // tail. L2 reuse: a section's tiles run together, so each K/V tile is read from HBM about once
 // however many query blocks share it. The launch sizes the sections (make_forward_params).
+//
+// Split tail (stream-K): where every tile has the same key blocks (no mask, fixed lengths) and the
+// tiles do not fill the last round, that round would leave most SMs idle (2048 tiles on 132 SMs:
+// 15 full rounds and 68 tiles, 3% of the run). Instead its tiles' key blocks are dealt to every
+// CTA in equal runs of consecutive blocks, so each tile is split along its keys into a few pieces
+// on consecutive CTAs. The last CTA of a tile (its owner) merges the others' partial O and LSE,
+// which they leave in a workspace slot of their own, into its result (see fwd_tail_merge.cuh). A
+// CTA's run covers at most two tiles: it owns the first, and writes at most one partial, which it
+// does first, so that no owner waits for a CTA that is itself waiting.
 #pragma once
 
 #include "kernels/common/host_device.hpp"
@@ -21,18 +30,108 @@ struct WorkTile {
   int batch = 0;
 };
 
+// A piece of a split tile: what its CTA does with the result.
+struct TailPiece {
+  int partial_slot = -1;  // >= 0: leave O and LSE in this workspace slot for the owner (not stored)
+  int merge_first = 0;    // the owner merges the slots [merge_first, merge_first + merge_count)
+  int merge_count = 0;
+
+  HOPATTN_HOST_DEVICE bool writes_partial() const { return partial_slot >= 0; }
+};
+
+// What a CTA does in one round: tile `linear` (>= total_tiles(): the CTA is done), the key blocks
+// [key_begin, key_end) of it counted from its first one (all of them unless split), and its role.
+struct ScheduledTile {
+  int linear = 0;
+  int key_begin = 0;
+  int key_end = 0x7fffffff;
+  TailPiece piece;
+};
+
+// The split tail: tiles from first_tile on (the last, partial round) are dealt out as runs of
+// units_per_cta key blocks; key_blocks is every tile's count. units_per_cta == 0: no split.
+struct TailSplit {
+  int first_tile = 0;
+  int key_blocks = 0;
+  int units_per_cta = 0;
+
+  HOPATTN_HOST_DEVICE bool enabled() const { return units_per_cta > 0; }
+
+  // Runs are at least a quarter of a tile: each piece pays the tile's fixed costs again, and its
+  // owner reads every other piece's partial.
+  static constexpr int kMaxRunsPerTile = 4;
+  // What the split costs, in key blocks that it must save: a second tile start on most CTAs, the
+  // partials' round trip through L2 and the owners' waits came to about 7 blocks at d128 on the
+  // H200 (2k keys: 16 blocks -> runs of 9, level; 4k: 32 -> 17, +1.5%; docs/perf-log.md).
+  static constexpr int kMinSavedKeyBlocks = 12;
+
+  // The split for `tiles` tiles of `key_blocks` blocks each on `ctas` CTAs, or none where it would
+  // not shorten the last round by a quarter of a tile and kMinSavedKeyBlocks.
+  static TailSplit choose(long long tiles, int key_blocks, int ctas) {
+    TailSplit t;
+    const long long tail_tiles = ctas > 0 ? tiles % ctas : 0;
+    if (tail_tiles == 0 || key_blocks < 2) return t;
+    const long long units = tail_tiles * key_blocks;
+    if (units > (1LL << 30)) return t;  // the device side counts units in int
+    long long run = (units + ctas - 1) / ctas;
+    const long long shortest = (key_blocks + kMaxRunsPerTile - 1) / kMaxRunsPerTile;
+    if (run < shortest) run = shortest;
+    if (4 * run > 3LL * key_blocks || key_blocks - run < kMinSavedKeyBlocks) return t;
+    t.first_tile = static_cast<int>(tiles - tail_tiles);
+    t.key_blocks = key_blocks;
+    t.units_per_cta = static_cast<int>(run);
+    return t;
+  }
+};
+
 struct TileScheduler {
   int num_m_blocks = 0;  // blocks of the longest query sequence
   int heads = 0;
   int batch = 0;
   int section_pairs = 1;  // (batch, head) pairs per L2 section
+  TailSplit tail;
 
   HOPATTN_HOST_DEVICE int total_tiles() const { return num_m_blocks * heads * batch; }
 
-  // The linear tile that CTA `cta` of `ctas` takes in round `round`; >= total_tiles() once the CTA
-  // is done (rounds only grow).
+  // The linear tile that CTA `cta` of `ctas` takes in round `round` without a split tail;
+  // >= total_tiles() once the CTA is done (rounds only grow).
   HOPATTN_HOST_DEVICE static int linear_tile(int round, int cta, int ctas) {
     return round * ctas + (round % 2 == 0 ? cta : ctas - 1 - cta);
+  }
+
+  // What CTA `cta` of `ctas` does in round `round`, split tail included.
+  HOPATTN_HOST_DEVICE ScheduledTile scheduled(int round, int cta, int ctas) const {
+    ScheduledTile s;
+    const int full_rounds = tail.first_tile / ctas;
+    if (!tail.enabled() || round < full_rounds) {
+      s.linear = linear_tile(round, cta, ctas);
+      return s;
+    }
+    const int nb = tail.key_blocks;
+    const int units = (total_tiles() - tail.first_tile) * nb;
+    const int run_begin = cta * tail.units_per_cta;
+    const int run_end = run_begin + tail.units_per_cta < units ? run_begin + tail.units_per_cta : units;
+    // The run's last tile first: there the CTA writes a partial (unless it owns the tile), and only
+    // then its first tile, which it owns and where it waits for the others' partials. The other
+    // order chains the CTAs: each owner would wait for a CTA that first waits for its own writers.
+    const int last_tile = (run_end - 1) / nb;
+    const int tile = last_tile - (round - full_rounds);
+    if (run_begin >= units || tile < run_begin / nb) {
+      s.linear = total_tiles();
+      return s;
+    }
+    s.linear = tail.first_tile + tile;
+    s.key_begin = (run_begin > tile * nb ? run_begin : tile * nb) - tile * nb;
+    s.key_end = (run_end < (tile + 1) * nb ? run_end : (tile + 1) * nb) - tile * nb;
+    const int first_cta = tile * nb / tail.units_per_cta;
+    const int owner = ((tile + 1) * nb - 1) / tail.units_per_cta;
+    if (cta == owner) {
+      s.piece.merge_first = first_cta;
+      s.piece.merge_count = owner - first_cta;
+    } else {
+      s.piece.partial_slot = cta;
+    }
+    return s;
   }
 
   HOPATTN_HOST_DEVICE WorkTile tile(int linear) const {

@@ -4,13 +4,21 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+
 #include "api/device.hpp"
 #include "api/problem.hpp"
 
 namespace hopattn {
 
+// `workspace`: null, or forward_workspace_bytes() bytes (16-byte aligned) that the kernel may use
+// to split its last round of tiles along the keys.
 template <DType kDType, int kHeadDim>
 cudaError_t launch_forward_kernel(const Problem& problem, const ForwardTensors& tensors, const DeviceLimits& device,
-                                  cudaStream_t stream);
+                                  void* workspace, cudaStream_t stream);
+
+// The workspace that launch_forward_kernel can use for `problem` on `device` (0: none).
+template <DType kDType, int kHeadDim>
+size_t forward_workspace_bytes(const Problem& problem, const DeviceLimits& device);
 
 }  // namespace hopattn

@@ -7,18 +7,38 @@
 #include <algorithm>
 
 #include "kernels/common/cutlass_element.hpp"
+#include "kernels/common/grid_dependency.cuh"
 #include "kernels/common/kernel_setup.cuh"
 #include "kernels/common/tma_tensors.cuh"
 #include "kernels/fwd/forward_kernels.hpp"
 #include "kernels/fwd/fwd_kernel.cuh"
 #include "kernels/fwd/fwd_kernel_traits.cuh"
+#include "kernels/fwd/fwd_tail_merge.cuh"
 
 namespace hopattn {
 
 namespace forward_launch_detail {
 
+// The split tail this kernel would use for `p` on `device` (see TileScheduler): only where every
+// tile has the same key blocks, i.e. without a mask and with fixed lengths.
 template <class Traits>
-ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors& t, const DeviceLimits& device) {
+TailSplit forward_tail_split(const Problem& p, const DeviceLimits& device) {
+  if (!p.mask.unbounded() || p.varlen()) return TailSplit{};
+  const long long tiles = static_cast<long long>((p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM) * p.heads * p.batch;
+  const int key_blocks = (p.max_seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  return TailSplit::choose(tiles, key_blocks, std::max(device.multiprocessors, 1));
+}
+
+template <class Traits>
+size_t forward_workspace_bytes_for(const Problem& p, const DeviceLimits& device) {
+  if (!forward_tail_split<Traits>(p, device).enabled()) return 0;
+  return ForwardTailWorkspace<Traits>::bytes_for(std::max(device.multiprocessors, 1));
+}
+
+// `workspace`: null, or forward_workspace_bytes_for() bytes for the split tail.
+template <class Traits>
+ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors& t, const DeviceLimits& device,
+                                          void* workspace) {
   using namespace cute;
   using Element = typename Traits::Element;
   using Params = ForwardParams<Traits>;
@@ -65,6 +85,12 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   const int group = p.heads / p.heads_kv;
   if (p.mask.unbounded()) {
     params.scheduler = TileScheduler::make(num_m_blocks, p.heads, p.batch, group, /*kv_heads_per_section=*/1, 0);
+    if (workspace != nullptr) {
+      params.scheduler.tail = forward_tail_split<Traits>(p, device);
+      if (params.scheduler.tail.enabled()) {
+        ForwardTailWorkspace<Traits>::carve(workspace, std::max(device.multiprocessors, 1), params);
+      }
+    }
     return params;
   }
   constexpr long long kMinCtasPerPair = 2;
@@ -87,35 +113,54 @@ inline bool wider_key_blocks_pay(long long seqlen_k, int block_n) {
 
 template <class Traits>
 cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& tensors, const DeviceLimits& device,
-                                 cudaStream_t stream) {
-  const ForwardParams<Traits> params = make_forward_params<Traits>(problem, tensors, device);
+                                 void* workspace, cudaStream_t stream) {
+  const ForwardParams<Traits> params = make_forward_params<Traits>(problem, tensors, device, workspace);
   const int tiles = params.scheduler.total_tiles();
   if (tiles == 0) return cudaSuccess;
 
   constexpr auto* kernel = &forward_kernel<Traits>;
   if (cudaError_t e = allow_shared_bytes<kernel>(Traits::kSharedBytes); e != cudaSuccess) return e;
-  const int grid = std::min(tiles, std::max(device.multiprocessors, 1));
-  kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
+  const int ctas = std::max(device.multiprocessors, 1);
+  // A split tail deals its keys to every CTA, also when there are fewer tiles than SMs. Its flags
+  // are zeroed first, under the start of the forward kernel (fwd_tail_merge.cuh).
+  if (params.scheduler.tail.enabled()) {
+    reset_tail_flags_kernel<<<1, 32, 0, stream>>>(params.tail_flags, ctas);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    return launch_overlapping_previous(kernel, dim3(ctas), dim3(Traits::kThreads), Traits::kSharedBytes, stream, params);
+  }
+  kernel<<<std::min(tiles, ctas), Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
   return cudaGetLastError();
+}
+
+// Calls f(Traits{}) with the kernel traits that launch_forward_kernel uses for `problem`.
+template <DType kDType, int kHeadDim, class F>
+auto with_forward_traits(const Problem& problem, F&& f) {
+  using Element = typename CutlassElement<kDType>::type;
+  using AnyMask = ForwardTileConfig<kHeadDim>;
+  using Unmasked = ForwardUnmaskedTileConfig<kHeadDim>;
+  if constexpr (!(AnyMask::kShape == Unmasked::kShape)) {
+    if (problem.mask.unbounded() && wider_key_blocks_pay(problem.max_seqlen_k, Unmasked::kShape.block_n)) {
+      return f(ForwardKernelTraits<Element, kHeadDim, Unmasked>{});
+    }
+  }
+  return f(ForwardKernelTraits<Element, kHeadDim, AnyMask>{});
 }
 
 }  // namespace forward_launch_detail
 
 template <DType kDType, int kHeadDim>
 cudaError_t launch_forward_kernel(const Problem& problem, const ForwardTensors& tensors, const DeviceLimits& device,
-                                  cudaStream_t stream) {
-  using Element = typename CutlassElement<kDType>::type;
-  using AnyMask = ForwardTileConfig<kHeadDim>;
-  using Unmasked = ForwardUnmaskedTileConfig<kHeadDim>;
-  if constexpr (!(AnyMask::kShape == Unmasked::kShape)) {
-    using forward_launch_detail::wider_key_blocks_pay;
-    if (problem.mask.unbounded() && wider_key_blocks_pay(problem.max_seqlen_k, Unmasked::kShape.block_n)) {
-      return forward_launch_detail::launch_forward_tiles<ForwardKernelTraits<Element, kHeadDim, Unmasked>>(
-          problem, tensors, device, stream);
-    }
-  }
-  return forward_launch_detail::launch_forward_tiles<ForwardKernelTraits<Element, kHeadDim, AnyMask>>(
-      problem, tensors, device, stream);
+                                  void* workspace, cudaStream_t stream) {
+  return forward_launch_detail::with_forward_traits<kDType, kHeadDim>(problem, [&](auto traits) {
+    return forward_launch_detail::launch_forward_tiles<decltype(traits)>(problem, tensors, device, workspace, stream);
+  });
+}
+
+template <DType kDType, int kHeadDim>
+size_t forward_workspace_bytes(const Problem& problem, const DeviceLimits& device) {
+  return forward_launch_detail::with_forward_traits<kDType, kHeadDim>(problem, [&](auto traits) {
+    return forward_launch_detail::forward_workspace_bytes_for<decltype(traits)>(problem, device);
+  });
 }
 
 }  // namespace hopattn

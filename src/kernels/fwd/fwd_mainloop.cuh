@@ -22,6 +22,7 @@
 #include "kernels/common/warpgroup_mma.cuh"
 #include "kernels/fwd/fwd_epilogue.cuh"
 #include "kernels/fwd/fwd_softmax.cuh"
+#include "kernels/fwd/fwd_tail_merge.cuh"
 #include "kernels/fwd/fwd_tile_info.cuh"
 
 namespace hopattn {
@@ -61,11 +62,14 @@ CUTE_DEVICE void forward_tile_publisher(const ForwardParams<Traits>& params, typ
   const bool leader = cute::elect_one_sync();
   int slot = 0;
   for (int round = 0;; ++round) {
-    const int linear = TileScheduler::linear_tile(round, blockIdx.x, gridDim.x);
-    const bool done = linear >= total_tiles;
+    const ScheduledTile scheduled = params.scheduler.scheduled(round, blockIdx.x, gridDim.x);
+    const bool done = scheduled.linear >= total_tiles;
     // The slot last held the tile three back, whose epilogue every consumer finished before
     // releasing the tile two back, i.e. before this warp last waited below.
-    if (leader) smem.tiles[slot] = done ? ForwardTile::end_marker() : make_forward_tile(params, linear);
+    if (leader) {
+      smem.tiles[slot] = done ? ForwardTile::end_marker() : make_forward_tile(params, scheduled);
+      smem.pieces[slot] = scheduled.piece;
+    }
     slot = next_published_tile_slot(slot);
     wait_query_released_before<Traits>(smem, round);
     if (leader) {
@@ -96,11 +100,11 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   const int total_tiles = params.scheduler.total_tiles();
   int round = 0;
   for (;; ++round) {
-    const int linear = TileScheduler::linear_tile(round, blockIdx.x, gridDim.x);
-    if (linear >= total_tiles) break;
+    const ScheduledTile scheduled = params.scheduler.scheduled(round, blockIdx.x, gridDim.x);
+    if (scheduled.linear >= total_tiles) break;
     // The producer works out the tile itself rather than wait for the publisher: it runs a tile or
     // more ahead, and of the tile it keeps only what its loads need.
-    const ForwardTile t = make_forward_tile(params, linear);
+    const ForwardTile t = make_forward_tile(params, scheduled);
     if (t.n_blocks.empty()) {  // the consumers write it without loads, once q_full completes
       wait_query_released_before<Traits>(smem, round);
       if (leader) smem.q_full.arrive();
@@ -326,6 +330,12 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
 
     scale_rows(tOrO, inv_sum);
     asm volatile("" ::: "memory");  // read the published tile here, not before the loop
+    const TailPiece piece = smem.pieces[slot];
+    if (piece.writes_partial()) {  // a piece of a split tile: its owner stores the tile
+      store_tail_partial<Traits>(params, piece.partial_slot, tOrO, lse, thread);
+      continue;
+    }
+    if (piece.merge_count > 0) merge_tail_partials<Traits>(params, piece, tOrO, lse, thread);
     store_tile<Traits>(params, published, tOrO, tScS, lse, thread);
   }
 }

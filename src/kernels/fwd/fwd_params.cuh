@@ -1,5 +1,5 @@
 // What the forward kernel receives: TMA descriptors for Q, K and V^T, the output pointers, the
-// problem and the tile schedule. Built on the host by make_forward_params (fwd_launch.cuh).
+// problem, the tile schedule and the split tail's workspace. Built on the host by make_forward_params (fwd_launch.cuh).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -47,6 +47,9 @@ struct ForwardParams {
   RowTensor lse;       // lse.data may be null
   float scale_log2;    // softmax_scale * log2(e)
   TileScheduler scheduler;
+  // The split tail's workspace (fwd_tail_merge.cuh); null unless scheduler.tail is enabled.
+  int32_t* tail_flags;
+  float* tail_partials;
 };
 
 }  // namespace hopattn

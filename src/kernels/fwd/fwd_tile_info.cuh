@@ -33,14 +33,21 @@ struct ForwardTile {
 };
 
 // The ring of published tiles in shared memory: the publisher writes a slot before it knows that
-// the consumers released the previous tile, and a slot is read until its tile's epilogue.
+// the consumers released the previous tile, and a slot is read until its tile's epilogue. A tile's
+// TailPiece sits in a ring of its own: read only by the epilogue, it stays out of the copy of the
+// tile that the consumers keep in registers (in the tile itself it cost the 176-key kernel 60
+// spilled registers).
 constexpr int kPublishedTileSlots = 3;
 CUTE_DEVICE int next_published_tile_slot(int slot) { return slot == kPublishedTileSlots - 1 ? 0 : slot + 1; }
 
+CUTE_DEVICE BlockRange intersect(const BlockRange& a, const BlockRange& b) {
+  return BlockRange{a.begin > b.begin ? a.begin : b.begin, a.end < b.end ? a.end : b.end};
+}
+
 template <class Traits>
-CUTE_DEVICE ForwardTile make_forward_tile(const ForwardParams<Traits>& params, int linear) {
+CUTE_DEVICE ForwardTile make_forward_tile(const ForwardParams<Traits>& params, const ScheduledTile& s) {
   const Problem& p = params.problem;
-  const WorkTile w = params.scheduler.tile(linear);
+  const WorkTile w = params.scheduler.tile(s.linear);
   const Sequence q = p.queries.sequence(w.batch);
   const Sequence k = p.keys.sequence(w.batch);
   ForwardTile t;
@@ -56,6 +63,11 @@ CUTE_DEVICE ForwardTile make_forward_tile(const ForwardParams<Traits>& params, i
   t.seqlen_k = k.length;
   t.n_blocks = n_block_range(p.mask, w.m_block, Traits::kBlockM, Traits::kBlockN, q.length, k.length, pad);
   t.unmasked = n_block_range_unmasked(p.mask, w.m_block, Traits::kBlockM, Traits::kBlockN, q.length, k.length, pad);
+  if (params.scheduler.tail.enabled() && s.linear >= params.scheduler.tail.first_tile) {  // a piece of a split tile
+    const BlockRange piece{t.n_blocks.begin + s.key_begin, t.n_blocks.begin + s.key_end};
+    t.n_blocks = intersect(t.n_blocks, piece);
+    t.unmasked = intersect(t.unmasked, piece);
+  }
   return t;
 }
 
