@@ -144,17 +144,27 @@ bool built_for(DType dtype, int head_dim) {
   return dtype_built && dim_built;
 }
 
+namespace {
+
+// A workspace of `bytes` from `buffer`, which is kept for the whole run (a captured graph refers to
+// it) and never freed, so that no CUDA call runs after the runtime has shut down at exit. Poisoned
+// first when not capturing (stream == nullptr): whatever a previous call left there must not
+// matter (the calls reset their semaphores, flags and accumulators).
+Workspace poisoned_workspace(DeviceBuffer* buffer, size_t bytes, cudaStream_t stream) {
+  if (buffer->bytes() < bytes) *buffer = DeviceBuffer(bytes);
+  if (stream == nullptr && buffer->bytes() > 0) buffer->fill_bytes(0x7F);
+  return Workspace{buffer->data(), bytes};
+}
+
+}  // namespace
+
 Status call_forward(const AttentionCase& c, const Outputs& out, bool with_workspace, cudaStream_t stream) {
   const ForwardArgs args = c.forward_args(out);
   if (!with_workspace) return forward(args, stream);
   size_t bytes = 0;
   if (Status s = forward_workspace_size(args, &bytes); !s.ok()) return s;
-  // Kept and never freed, as call_backward's.
   static DeviceBuffer* workspace = new DeviceBuffer();
-  if (workspace->bytes() < bytes) *workspace = DeviceBuffer(bytes);
-  // The split tail's flags and partials must not depend on what was there before.
-  if (stream == nullptr && workspace->bytes() > 0) workspace->fill_bytes(0x7F);
-  return forward(args, Workspace{workspace->data(), bytes}, stream);
+  return forward(args, poisoned_workspace(workspace, bytes, stream), stream);
 }
 
 Status call_backward(const AttentionCase& c, const Outputs& fwd, const Outputs& grads, bool deterministic,
@@ -163,13 +173,8 @@ Status call_backward(const AttentionCase& c, const Outputs& fwd, const Outputs& 
   args.deterministic = deterministic;
   size_t bytes = 0;
   if (Status s = backward_workspace_size(args, &bytes); !s.ok()) return s;
-  // Kept for the whole run (a captured graph refers to it) and never freed, so that no CUDA call
-  // runs after the runtime has shut down at exit.
   static DeviceBuffer* workspace = new DeviceBuffer();
-  if (workspace->bytes() < bytes) *workspace = DeviceBuffer(bytes);
-  // Whatever a previous call left there must not matter: semaphores and accumulators are reset.
-  if (stream == nullptr && workspace->bytes() > 0) workspace->fill_bytes(0x7F);
-  return backward(args, Workspace{workspace->data(), bytes}, stream);
+  return backward(args, poisoned_workspace(workspace, bytes, stream), stream);
 }
 
 Status capture_and_replay(const std::function<Status(cudaStream_t)>& call, int replays) {
