@@ -124,7 +124,7 @@ cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& t
   // A split tail deals its keys to every CTA, also when there are fewer tiles than SMs. Its flags
   // are zeroed first, under the start of the forward kernel (fwd_tail_merge.cuh).
   if (params.scheduler.tail.enabled()) {
-    reset_tail_flags_kernel<<<1, 32, 0, stream>>>(params.tail_flags, ctas);
+    reset_tail_flags_kernel<Traits><<<1, 32, 0, stream>>>(params.tail_flags, ctas);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     return launch_overlapping_previous(kernel, dim3(ctas), dim3(Traits::kThreads), Traits::kSharedBytes, stream, params);
   }

@@ -41,7 +41,9 @@ struct ForwardTailWorkspace {
   }
 };
 
-// Zeroes the split tail's flags, letting the forward kernel start at once (see above).
+// Zeroes the split tail's flags, letting the forward kernel start at once (see above). A template
+// like the kernel it serves, so that each instantiation unit has its own.
+template <class Traits>
 __global__ void __launch_bounds__(32) reset_tail_flags_kernel(int32_t* flags, int count) {
   allow_next_kernel_to_start();
   for (int i = threadIdx.x; i < count; i += blockDim.x) flags[i] = 0;
