@@ -100,7 +100,7 @@ TEST(TileScheduler, SplitTailCoversEveryKeyBlockOnce) {
       for (int round = 0;; ++round) {
         const ScheduledTile t = s.scheduled(round, cta, ctas);
         if (t.linear >= s.total_tiles()) break;
-        const bool piece = t.linear >= s.tail.first_tile;
+        const bool piece = s.split(t.linear);
         const int begin = piece ? t.key_begin : 0, end = piece ? t.key_end : key_blocks;
         ASSERT_TRUE(begin >= 0 && begin < end && end <= key_blocks) << begin << " " << end;
         for (int n = begin; n < end; ++n) ++seen[static_cast<size_t>(t.linear) * key_blocks + n];

@@ -1,6 +1,9 @@
 #include "kernel_cases.hpp"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
+#include <cstring>
 #include <iterator>
 
 #include "testing/device_buffer.hpp"
@@ -175,6 +178,14 @@ Status call_backward(const AttentionCase& c, const Outputs& fwd, const Outputs& 
   if (Status s = backward_workspace_size(args, &bytes); !s.ok()) return s;
   static DeviceBuffer* workspace = new DeviceBuffer();
   return backward(args, poisoned_workspace(workspace, bytes, stream), stream);
+}
+
+void expect_bitwise_equal(const AttentionCase& c, const Outputs& a, const Outputs& b, std::initializer_list<Field> fields) {
+  for (Field f : fields) {
+    const Downloaded x = c.download(a, f), y = c.download(b, f);
+    EXPECT_EQ(0, std::memcmp(x.values.data(), y.values.data(), x.values.size() * sizeof(double)))
+        << "field " << static_cast<int>(f);
+  }
 }
 
 Status capture_and_replay(const std::function<Status(cudaStream_t)>& call, int replays) {

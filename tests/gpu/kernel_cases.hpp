@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -37,6 +38,9 @@ Status call_forward(const AttentionCase& c, const Outputs& out, bool with_worksp
 // stream == nullptr): nothing a previous call left there may matter.
 Status call_backward(const AttentionCase& c, const Outputs& fwd, const Outputs& grads, bool deterministic,
                      cudaStream_t stream = nullptr);
+
+// Expects `fields` of two runs' outputs to hold bitwise the same values.
+void expect_bitwise_equal(const AttentionCase& c, const Outputs& a, const Outputs& b, std::initializer_list<Field> fields);
 
 // Whether this build compiled a kernel that runs head_dim in dtype (see HOPATTN_HEADDIMS/DTYPES).
 bool built_for(DType dtype, int head_dim);

@@ -122,10 +122,7 @@ TEST_F(ForwardKernel, CapturedInCudaGraphMatchesDirectCall) {
 
   const Status s = capture_and_replay([&](cudaStream_t stream) { return forward(c.forward_args(graphed), stream); }, 3);
   ASSERT_TRUE(s.ok()) << s.message();
-  for (Field f : {Field::kO, Field::kLse}) {
-    const Downloaded a = c.download(direct, f), b = c.download(graphed, f);
-    EXPECT_EQ(0, std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(double)));
-  }
+  expect_bitwise_equal(c, direct, graphed, {Field::kO, Field::kLse});
 }
 
 // The split tail after a full round: 200 tiles of 32 key blocks, 68 of them in the last round on
@@ -148,10 +145,7 @@ TEST_F(ForwardKernel, SplitTailAfterAFullRound) {
   ASSERT_TRUE(call_forward(c, second, /*with_workspace=*/true).ok());
   check_cuda(cudaDeviceSynchronize(), "forward");
   for (const ErrorReport& r : check_with_gpu_oracle(c, first, nullptr).forward) expect_ok(r);
-  for (Field f : {Field::kO, Field::kLse}) {
-    const Downloaded a = c.download(first, f), b = c.download(second, f);
-    EXPECT_EQ(0, std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(double)));
-  }
+  expect_bitwise_equal(c, first, second, {Field::kO, Field::kLse});
 }
 
 // A workspace smaller than forward_workspace_size() is an error, named; none at all is not.
@@ -192,10 +186,7 @@ TEST_F(ForwardKernel, SplitTailCapturedInCudaGraphMatchesDirectCall) {
   const Status s =
       capture_and_replay([&](cudaStream_t stream) { return call_forward(c, graphed, /*with_workspace=*/true, stream); }, 3);
   ASSERT_TRUE(s.ok()) << s.message();
-  for (Field f : {Field::kO, Field::kLse}) {
-    const Downloaded a = c.download(direct, f), b = c.download(graphed, f);
-    EXPECT_EQ(0, std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(double)));
-  }
+  expect_bitwise_equal(c, direct, graphed, {Field::kO, Field::kLse});
 }
 
 // Several host threads calling forward() at once on their own streams get the single-threaded

@@ -19,6 +19,10 @@ struct BlockRange {
   HOPATTN_HOST_DEVICE int size() const { return empty() ? 0 : end - begin; }
 };
 
+HOPATTN_HOST_DEVICE BlockRange intersect(const BlockRange& a, const BlockRange& b) {
+  return BlockRange{a.begin > b.begin ? a.begin : b.begin, a.end < b.end ? a.end : b.end};
+}
+
 namespace detail {
 
 HOPATTN_HOST_DEVICE long long floor_div(long long a, long long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }

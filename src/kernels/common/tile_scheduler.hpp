@@ -39,12 +39,13 @@ struct TailPiece {
   HOPATTN_HOST_DEVICE bool writes_partial() const { return partial_slot >= 0; }
 };
 
-// What a CTA does in one round: tile `linear` (>= total_tiles(): the CTA is done), the key blocks
-// [key_begin, key_end) of it counted from its first one (all of them unless split), and its role.
+// What a CTA does in one round: tile `linear` (>= total_tiles(): the CTA is done) and, for a piece
+// of a split tile (TileScheduler::split), the key blocks [key_begin, key_end) of it counted from
+// its first one, and its role.
 struct ScheduledTile {
   int linear = 0;
   int key_begin = 0;
-  int key_end = 0x7fffffff;
+  int key_end = 0;
   TailPiece piece;
 };
 
@@ -98,6 +99,9 @@ struct TileScheduler {
   HOPATTN_HOST_DEVICE static int linear_tile(int round, int cta, int ctas) {
     return round * ctas + (round % 2 == 0 ? cta : ctas - 1 - cta);
   }
+
+  // Whether tile `linear` is split along its keys (it is in the split tail).
+  HOPATTN_HOST_DEVICE bool split(int linear) const { return tail.enabled() && linear >= tail.first_tile; }
 
   // What CTA `cta` of `ctas` does in round `round`, split tail included.
   HOPATTN_HOST_DEVICE ScheduledTile scheduled(int round, int cta, int ctas) const {

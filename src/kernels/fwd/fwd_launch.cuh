@@ -19,6 +19,9 @@ namespace hopattn {
 
 namespace forward_launch_detail {
 
+// CTAs of the persistent grid: one per SM (the split tail's workspace has a slot per CTA).
+inline int persistent_ctas(const DeviceLimits& device) { return std::max(device.multiprocessors, 1); }
+
 // The split tail this kernel would use for `p` on `device` (see TileScheduler): only where every
 // tile has the same key blocks, i.e. without a mask and with fixed lengths.
 template <class Traits>
@@ -26,13 +29,13 @@ TailSplit forward_tail_split(const Problem& p, const DeviceLimits& device) {
   if (!p.mask.unbounded() || p.varlen()) return TailSplit{};
   const long long tiles = static_cast<long long>((p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM) * p.heads * p.batch;
   const int key_blocks = (p.max_seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-  return TailSplit::choose(tiles, key_blocks, std::max(device.multiprocessors, 1));
+  return TailSplit::choose(tiles, key_blocks, persistent_ctas(device));
 }
 
 template <class Traits>
 size_t forward_workspace_bytes_for(const Problem& p, const DeviceLimits& device) {
   if (!forward_tail_split<Traits>(p, device).enabled()) return 0;
-  return ForwardTailWorkspace<Traits>::bytes_for(std::max(device.multiprocessors, 1));
+  return ForwardTailWorkspace<Traits>::bytes_for(persistent_ctas(device));
 }
 
 // `workspace`: null, or forward_workspace_bytes_for() bytes for the split tail.
@@ -88,14 +91,14 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
     if (workspace != nullptr) {
       params.scheduler.tail = forward_tail_split<Traits>(p, device);
       if (params.scheduler.tail.enabled()) {
-        ForwardTailWorkspace<Traits>::carve(workspace, std::max(device.multiprocessors, 1), params);
+        ForwardTailWorkspace<Traits>::carve(workspace, persistent_ctas(device), params);
       }
     }
     return params;
   }
   constexpr long long kMinCtasPerPair = 2;
   constexpr long long kMinMaskedRounds = 4;
-  const long long grid = std::max(device.multiprocessors, 1);
+  const long long grid = persistent_ctas(device);
   const bool global_order = grid >= kMinCtasPerPair * static_cast<long long>(p.heads) * p.batch;
   const long long kv_bytes_per_head = 2LL * p.max_seqlen_k * Traits::kHeadDim * sizeof(Element);
   const long long kv_heads = global_order ? 0 : TileScheduler::kv_heads_within(device.l2_bytes / 2, kv_bytes_per_head);
@@ -120,7 +123,7 @@ cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& t
 
   constexpr auto* kernel = &forward_kernel<Traits>;
   if (cudaError_t e = allow_shared_bytes<kernel>(Traits::kSharedBytes); e != cudaSuccess) return e;
-  const int ctas = std::max(device.multiprocessors, 1);
+  const int ctas = persistent_ctas(device);
   // A split tail deals its keys to every CTA, also when there are fewer tiles than SMs. Its flags
   // are zeroed first, under the start of the forward kernel (fwd_tail_merge.cuh).
   if (params.scheduler.tail.enabled()) {

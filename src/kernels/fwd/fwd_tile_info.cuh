@@ -40,10 +40,6 @@ struct ForwardTile {
 constexpr int kPublishedTileSlots = 3;
 CUTE_DEVICE int next_published_tile_slot(int slot) { return slot == kPublishedTileSlots - 1 ? 0 : slot + 1; }
 
-CUTE_DEVICE BlockRange intersect(const BlockRange& a, const BlockRange& b) {
-  return BlockRange{a.begin > b.begin ? a.begin : b.begin, a.end < b.end ? a.end : b.end};
-}
-
 template <class Traits>
 CUTE_DEVICE ForwardTile make_forward_tile(const ForwardParams<Traits>& params, const ScheduledTile& s) {
   const Problem& p = params.problem;
@@ -63,7 +59,7 @@ CUTE_DEVICE ForwardTile make_forward_tile(const ForwardParams<Traits>& params, c
   t.seqlen_k = k.length;
   t.n_blocks = n_block_range(p.mask, w.m_block, Traits::kBlockM, Traits::kBlockN, q.length, k.length, pad);
   t.unmasked = n_block_range_unmasked(p.mask, w.m_block, Traits::kBlockM, Traits::kBlockN, q.length, k.length, pad);
-  if (params.scheduler.tail.enabled() && s.linear >= params.scheduler.tail.first_tile) {  // a piece of a split tile
+  if (params.scheduler.split(s.linear)) {
     const BlockRange piece{t.n_blocks.begin + s.key_begin, t.n_blocks.begin + s.key_end};
     t.n_blocks = intersect(t.n_blocks, piece);
     t.unmasked = intersect(t.unmasked, piece);
