@@ -1,8 +1,8 @@
 // The Hopper forward kernel behind forward(): a sweep of dtypes, head dims (kernel dims and the
 // ones that run zero-padded on the next kernel dim up), masks, GQA/MQA, varlen and odd sizes
 // against the float64 GPU oracle with FA3's rule and poisoned outputs; broadcast K/V; CUDA-graph
-// capture; concurrent calls from several host threads; the split tail and its workspace. Tensors past 2^31 elements:
-// test_large_tensors.cpp.
+// capture; concurrent calls from several host threads; the workspace's split tail and dynamic
+// schedule. Tensors past 2^31 elements: test_large_tensors.cpp.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -39,8 +39,8 @@ void expect_ok(const ErrorReport& r) {
 }
 
 // forward() on fresh random inputs into poisoned outputs, checked against the float64 GPU oracle:
-// with the workspace it asks for (a poisoned one) and, where it asks for one (a split tail),
-// without it too. A configuration the build left out must say so (kNotSupported naming the CMake
+// with the workspace it asks for (a poisoned one) and, where it asks for one (a split tail or the
+// dynamic schedule), without it too. A configuration the build left out must say so (kNotSupported naming the CMake
 // option).
 void check_forward(const CaseSpec& spec) {
   AttentionCase c(spec);
@@ -106,7 +106,8 @@ TEST_F(ForwardKernel, BroadcastKeysAndValuesMatchTheirCopies) {
 }
 
 // The same forward, captured into a CUDA graph on a side stream and replayed, gives bitwise the
-// direct result: nothing in forward() synchronizes, allocates or copies to the host.
+// direct result: nothing in forward() synchronizes, allocates or copies to the host. The direct
+// call runs the static schedule, the graph the dynamic one (its counter reset on every replay).
 TEST_F(ForwardKernel, CapturedInCudaGraphMatchesDirectCall) {
   CaseSpec spec;
   spec.head_dim = 128;
@@ -120,9 +121,43 @@ TEST_F(ForwardKernel, CapturedInCudaGraphMatchesDirectCall) {
   ASSERT_TRUE(forward(c.forward_args(direct), nullptr).ok());
   check_cuda(cudaDeviceSynchronize(), "direct forward");
 
-  const Status s = capture_and_replay([&](cudaStream_t stream) { return forward(c.forward_args(graphed), stream); }, 3);
+  const ForwardArgs args = c.forward_args(graphed);
+  size_t bytes = 0;
+  ASSERT_TRUE(forward_workspace_size(args, &bytes).ok());
+  EXPECT_GT(bytes, 0u) << "no dynamic schedule: the graph no longer tests it";
+  const DeviceBuffer workspace(bytes);  // allocated before the capture, as a graph's user must
+  const Status s =
+      capture_and_replay([&](cudaStream_t stream) { return forward(args, Workspace{workspace.data(), bytes}, stream); }, 3);
   ASSERT_TRUE(s.ok()) << s.message();
   expect_bitwise_equal(c, direct, graphed, {Field::kO, Field::kLse});
+}
+
+// Where tile lengths vary (here a causal mask over 192 tiles, more than one round on the H200),
+// the workspace holds the dynamic schedule's tile counter: which CTA computes a tile changes, the
+// result does not, bitwise, and it holds on a repeat with the same workspace.
+TEST_F(ForwardKernel, DynamicScheduleMatchesStaticBitwise) {
+  CaseSpec spec;
+  spec.batch = 2;
+  spec.heads = spec.heads_kv = 8;
+  spec.head_dim = 128;
+  spec.seqlen_q = spec.seqlen_k = 1500;
+  spec.causal = true;
+  spec.seed = 31;
+  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
+  AttentionCase c(spec);
+  const Outputs fixed = c.new_outputs(), dynamic = c.new_outputs(), again = c.new_outputs();
+  const ForwardArgs args = c.forward_args(dynamic);
+  size_t bytes = 0;
+  ASSERT_TRUE(forward_workspace_size(args, &bytes).ok());
+  EXPECT_GT(bytes, 0u) << "no dynamic schedule: this test no longer tests it";
+  DeviceBuffer workspace(bytes);
+  ASSERT_TRUE(forward(c.forward_args(fixed), nullptr).ok());
+  ASSERT_TRUE(forward(args, Workspace{workspace.data(), bytes}, nullptr).ok());
+  ASSERT_TRUE(forward(c.forward_args(again), Workspace{workspace.data(), bytes}, nullptr).ok());
+  check_cuda(cudaDeviceSynchronize(), "forward");
+  for (const ErrorReport& r : check_with_gpu_oracle(c, dynamic, nullptr).forward) expect_ok(r);
+  expect_bitwise_equal(c, fixed, dynamic, {Field::kO, Field::kLse});
+  expect_bitwise_equal(c, fixed, again, {Field::kO, Field::kLse});
 }
 
 // The split tail after a full round: 200 tiles of 32 key blocks, 68 of them in the last round on
@@ -169,7 +204,7 @@ TEST_F(ForwardKernel, WorkspaceTooSmallIsRejected) {
   check_cuda(cudaDeviceSynchronize(), "forward");
 }
 
-// The split tail (a memset and the kernel) captured into a CUDA graph and replayed gives bitwise
+// The split tail (the counters' reset kernel and the forward) captured into a CUDA graph and replayed gives bitwise
 // the direct result.
 TEST_F(ForwardKernel, SplitTailCapturedInCudaGraphMatchesDirectCall) {
   CaseSpec spec;
@@ -220,7 +255,7 @@ TEST_F(ForwardKernel, ConcurrentCallsFromHostThreads) {
       const ForwardArgs args = cases[t].forward_args(got[t]);
       size_t bytes = 0;
       failures[t] = forward_workspace_size(args, &bytes);
-      const DeviceBuffer workspace(bytes);  // each thread its own: the non-causal cases split
+      const DeviceBuffer workspace(bytes);  // each its own: split tail (non-causal), tile counter (causal)
       for (int i = 0; i < kCallsPerThread && failures[t].ok(); ++i) {
         const Status s = forward(args, Workspace{workspace.data(), bytes}, stream);
         if (!s.ok()) failures[t] = s;

@@ -1,8 +1,10 @@
-// Static persistent tile scheduler: a grid of at most one CTA per SM, each CTA taking one tile of
-// every round of gridDim.x tiles of one linear order, in a zig-zag: CTA c takes position c of
-// even rounds and position gridDim.x - 1 - c of odd ones. Tiles come longest first, so each CTA
-// pairs a longer tile with a shorter one and the CTAs finish together (plain round-robin would
-// give CTA 0 the longest tile of every round).
+// Persistent tile scheduler: a grid of at most one CTA per SM working through one linear order of
+// tiles. Statically, each CTA takes one tile of every round of gridDim.x tiles, in a zig-zag: CTA
+// c takes position c of even rounds and position gridDim.x - 1 - c of odd ones. Tiles come
+// longest first, so each CTA pairs a longer tile with a shorter one and the CTAs finish together
+// (plain round-robin would give CTA 0 the longest tile of every round). Dynamically (the forward
+// with a workspace, where tile lengths vary), a CTA takes the next tile of the order from a
+// counter once it is ready for one (forward_tile_publisher), which balances any mix of lengths.
 //
 // The order serves two goals. Longest first: within a section, tiles go from the last m_block to
 // the first, each m_block over the section's (batch, head) pairs, and under a causal mask
@@ -89,7 +91,11 @@ struct TileScheduler {
   int num_m_blocks = 0;  // blocks of the longest query sequence
   int heads = 0;
   int batch = 0;
-  int section_pairs = 1;  // (batch, head) pairs per L2 section
+  // L2 sections of (batch, head) pairs, in order: wide_sections of wide_pairs pairs, then the
+  // others of narrow_pairs (see make()).
+  int wide_pairs = 1;
+  int wide_sections = 1;
+  int narrow_pairs = 0;
   TailSplit tail;
 
   HOPATTN_HOST_DEVICE int total_tiles() const { return num_m_blocks * heads * batch; }
@@ -139,12 +145,21 @@ struct TileScheduler {
   }
 
   HOPATTN_HOST_DEVICE WorkTile tile(int linear) const {
-    const int tiles_per_section = section_pairs * num_m_blocks;
-    const int section = linear / tiles_per_section;
-    const int in_section = linear - section * tiles_per_section;
-    const int first_pair = section * section_pairs;
-    const int pairs_left = heads * batch - first_pair;
-    const int pairs = pairs_left < section_pairs ? pairs_left : section_pairs;
+    const int wide_tiles = wide_pairs * num_m_blocks;
+    const int in_wide = wide_sections * wide_tiles;
+    int first_pair = 0, pairs = 0, in_section = 0;
+    if (linear < in_wide) {
+      const int section = linear / wide_tiles;
+      first_pair = section * wide_pairs;
+      pairs = wide_pairs;
+      in_section = linear - section * wide_tiles;
+    } else {  // linear < total_tiles(): narrow_pairs > 0
+      const int narrow_tiles = narrow_pairs * num_m_blocks;
+      const int section = (linear - in_wide) / narrow_tiles;
+      first_pair = wide_sections * wide_pairs + section * narrow_pairs;
+      pairs = narrow_pairs;
+      in_section = linear - in_wide - section * narrow_tiles;
+    }
     const int pair = first_pair + in_section % pairs;
     WorkTile w;
     w.m_block = num_m_blocks - 1 - in_section / pairs;
@@ -155,9 +170,12 @@ struct TileScheduler {
 
   // group: query heads per KV head; kv_heads_per_section: KV heads whose query heads form one
   // section (<= 0: every pair in one section, a single longest-first order); min_section_tiles: a
-  // section holds at least this many tiles (0: no minimum).
+  // section holds at least this many tiles (0: no minimum). The sections hold that many pairs and
+  // the last one the rest, or, with `equal_sections`, as many sections as that needs share the
+  // KV heads evenly (a dynamic schedule's CTAs run out of work together only if the last section is
+  // as long as the others; the static zig-zag wants sections of whole rounds instead).
   static TileScheduler make(int num_m_blocks, int heads, int batch, int group, long long kv_heads_per_section,
-                            long long min_section_tiles) {
+                            long long min_section_tiles, bool equal_sections = false) {
     TileScheduler s;
     s.num_m_blocks = num_m_blocks;
     s.heads = heads;
@@ -167,7 +185,19 @@ struct TileScheduler {
     if (num_m_blocks > 0 && pairs * num_m_blocks < min_section_tiles) {
       pairs = (min_section_tiles + num_m_blocks - 1) / num_m_blocks;
     }
-    s.section_pairs = static_cast<int>(pairs < all_pairs ? pairs : (all_pairs > 0 ? all_pairs : 1));
+    pairs = pairs < all_pairs ? pairs : (all_pairs > 0 ? all_pairs : 1);
+    if (equal_sections && all_pairs > 0) {
+      const long long kv_heads = all_pairs / group;
+      const long long kv_heads_per = (pairs + group - 1) / group;
+      const long long sections = (kv_heads + kv_heads_per - 1) / kv_heads_per;
+      s.wide_pairs = static_cast<int>((kv_heads / sections + 1) * group);
+      s.wide_sections = static_cast<int>(kv_heads % sections);
+      s.narrow_pairs = static_cast<int>(kv_heads / sections * group);
+      return s;
+    }
+    s.wide_pairs = static_cast<int>(pairs);
+    s.wide_sections = static_cast<int>(all_pairs / pairs);
+    s.narrow_pairs = static_cast<int>(all_pairs % pairs);
     return s;
   }
 

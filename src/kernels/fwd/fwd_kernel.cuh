@@ -26,6 +26,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) forward_kernel(CUTE_GRID_
     cute::prefetch_tma_descriptor(params.tma_vt.get_tma_descriptor());
     smem.q_full.init(/*arrive_count=*/2);  // the producer's and the publisher's
     smem.q_released.init(Traits::kQueryReleaseArrivals);
+    for (auto& b : smem.scheduled_full) b.init(/*arrive_count=*/1);  // the publisher's
   }
 
   const auto pipeline_params = tma_pipeline_params<Pipeline>(warpgroup, Traits::kKVBytes, Traits::kConsumerThreads);

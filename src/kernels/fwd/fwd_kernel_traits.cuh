@@ -92,7 +92,8 @@ struct ForwardKernelTraits {
     cutlass::arch::ClusterTransactionBarrier q_full;  // the next tile's Q and its entry of `tiles` are in
     cutlass::arch::ClusterBarrier q_released;         // every consumer warp is done with sQ (its S GEMMs)
     ForwardTile tiles[kPublishedTileSlots];          // published tiles, in turn
-    TailPiece pieces[kPublishedTileSlots];           // and where each one's result goes
+    ScheduledTile scheduled[kPublishedTileSlots];    // and what the schedule said of each
+    cutlass::arch::ClusterBarrier scheduled_full[kPublishedTileSlots];  // its entry of `scheduled` is in
     typename Pipeline::SharedStorage pipeline_k;
     typename Pipeline::SharedStorage pipeline_v;
   };

@@ -13,7 +13,7 @@
 #include "kernels/fwd/forward_kernels.hpp"
 #include "kernels/fwd/fwd_kernel.cuh"
 #include "kernels/fwd/fwd_kernel_traits.cuh"
-#include "kernels/fwd/fwd_tail_merge.cuh"
+#include "kernels/fwd/fwd_workspace.cuh"
 
 namespace hopattn {
 
@@ -32,13 +32,30 @@ TailSplit forward_tail_split(const Problem& p, const DeviceLimits& device) {
   return TailSplit::choose(tiles, key_blocks, persistent_ctas(device));
 }
 
+// What the kernel does with a workspace for `p` on `device`: the split tail where every tile has
+// the same key blocks, the dynamic schedule where tile lengths vary (a mask or varlen).
+struct ForwardWorkspacePlan {
+  TailSplit tail;
+  bool dynamic = false;
+
+  bool needed() const { return dynamic || tail.enabled(); }
+};
+
 template <class Traits>
-size_t forward_workspace_bytes_for(const Problem& p, const DeviceLimits& device) {
-  if (!forward_tail_split<Traits>(p, device).enabled()) return 0;
-  return ForwardTailWorkspace<Traits>::bytes_for(persistent_ctas(device));
+ForwardWorkspacePlan forward_workspace_plan(const Problem& p, const DeviceLimits& device) {
+  ForwardWorkspacePlan plan;
+  plan.tail = forward_tail_split<Traits>(p, device);
+  plan.dynamic = !p.mask.unbounded() || p.varlen();
+  return plan;
 }
 
-// `workspace`: null, or forward_workspace_bytes_for() bytes for the split tail.
+template <class Traits>
+size_t forward_workspace_bytes_for(const Problem& p, const DeviceLimits& device) {
+  const ForwardWorkspacePlan plan = forward_workspace_plan<Traits>(p, device);
+  return plan.needed() ? ForwardWorkspace<Traits>::bytes_for(persistent_ctas(device), plan.tail.enabled()) : 0;
+}
+
+// `workspace`: null, or forward_workspace_bytes_for() bytes.
 template <class Traits>
 ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors& t, const DeviceLimits& device,
                                           void* workspace) {
@@ -79,30 +96,30 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   // section, so the m_blocks of a head run side by side and a round of the grid reads the K/V of a
   // few heads (as cuDNN orders it). Sections of heads whose K/V fit in half of L2 read 2.5x more
   // from HBM at d128 2k (ncu: 650 MB against cuDNN's 260 MB) and ran 2-3% slower at d128.
-  // Under a mask tile lengths vary, and the zig-zag balances the CTAs only where lengths fall
-  // steadily over a few rounds. Measured on the H200 (docs/perf-log.md): with few (batch, head)
-  // pairs (at least 2 CTAs per pair) one global longest-first order is best, since several CTAs
-  // still share each head's K/V; with many pairs that order makes every CTA stream its own head
-  // from HBM, and sections of heads whose K/V fit in half of L2, spanning at least 4 rounds of
-  // the grid, are best.
+  // Under a mask tile lengths vary. With a workspace the CTAs take tiles from a counter (dynamic
+  // schedule), in L2 sections of equal length: heads whose K/V fit in half of L2, at least 4
+  // rounds of the grid a section. Measured at d128 against one global longest-first order
+  // (docs/perf-log.md): causal 4k +6%, 8k +4%, 16k +2.5%. Without one the static zig-zag balances
+  // the CTAs only where lengths fall steadily over a few rounds, so it keeps one global order where
+  // at least 2 CTAs share each (batch, head) pair, and sections spanning whole rounds otherwise.
   const int group = p.heads / p.heads_kv;
+  const int ctas = persistent_ctas(device);
+  const ForwardWorkspacePlan plan = forward_workspace_plan<Traits>(p, device);
+  const bool dynamic = workspace != nullptr && plan.dynamic;
+  if (workspace != nullptr && plan.needed()) {
+    ForwardWorkspace<Traits>::carve(workspace, ctas, plan.dynamic, plan.tail.enabled(), params);
+  }
   if (p.mask.unbounded()) {
     params.scheduler = TileScheduler::make(num_m_blocks, p.heads, p.batch, group, /*kv_heads_per_section=*/1, 0);
-    if (workspace != nullptr) {
-      params.scheduler.tail = forward_tail_split<Traits>(p, device);
-      if (params.scheduler.tail.enabled()) {
-        ForwardTailWorkspace<Traits>::carve(workspace, persistent_ctas(device), params);
-      }
-    }
+    if (workspace != nullptr) params.scheduler.tail = plan.tail;
     return params;
   }
   constexpr long long kMinCtasPerPair = 2;
   constexpr long long kMinMaskedRounds = 4;
-  const long long grid = persistent_ctas(device);
-  const bool global_order = grid >= kMinCtasPerPair * static_cast<long long>(p.heads) * p.batch;
+  const bool global_order = !dynamic && ctas >= kMinCtasPerPair * static_cast<long long>(p.heads) * p.batch;
   const long long kv_bytes_per_head = 2LL * p.max_seqlen_k * Traits::kHeadDim * sizeof(Element);
   const long long kv_heads = global_order ? 0 : TileScheduler::kv_heads_within(device.l2_bytes / 2, kv_bytes_per_head);
-  params.scheduler = TileScheduler::make(num_m_blocks, p.heads, p.batch, group, kv_heads, kMinMaskedRounds * grid);
+  params.scheduler = TileScheduler::make(num_m_blocks, p.heads, p.batch, group, kv_heads, kMinMaskedRounds * ctas, dynamic);
   return params;
 }
 
@@ -124,14 +141,14 @@ cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& t
   constexpr auto* kernel = &forward_kernel<Traits>;
   if (cudaError_t e = allow_shared_bytes<kernel>(Traits::kSharedBytes); e != cudaSuccess) return e;
   const int ctas = persistent_ctas(device);
-  // A split tail deals its keys to every CTA, also when there are fewer tiles than SMs. Its flags
-  // are zeroed first, under the start of the forward kernel (fwd_tail_merge.cuh).
-  if (params.scheduler.tail.enabled()) {
-    reset_tail_flags_kernel<Traits><<<1, 32, 0, stream>>>(params.tail_flags, ctas);
+  // A split tail deals its keys to every CTA, also when there are fewer tiles than SMs.
+  const int grid = params.scheduler.tail.enabled() ? ctas : std::min(tiles, ctas);
+  if (params.workspace_counters != nullptr) {  // zeroed first, under the forward kernel's start
+    reset_forward_counters_kernel<Traits><<<1, 32, 0, stream>>>(params.workspace_counters, params.workspace_counter_count);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-    return launch_overlapping_previous(kernel, dim3(ctas), dim3(Traits::kThreads), Traits::kSharedBytes, stream, params);
+    return launch_overlapping_previous(kernel, dim3(grid), dim3(Traits::kThreads), Traits::kSharedBytes, stream, params);
   }
-  kernel<<<std::min(tiles, ctas), Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
+  kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
   return cudaGetLastError();
 }
 

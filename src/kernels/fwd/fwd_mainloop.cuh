@@ -1,12 +1,12 @@
 // The forward's three roles over the tiles of one persistent CTA:
 // - the producer warp streams Q once per tile and K, V^T per key block into a kStages-deep ring
 //   with TMA, each stage guarded by full/empty mbarriers (PipelineTmaAsync);
-// - the publisher warp, next to it, works out each tile's coordinates and key-block ranges and
-//   publishes them in shared memory with the tile's Q (q_full completes once both Q and the
-//   coordinates are in), then an end marker. That takes a few hundred instructions (divisions,
-//   64-bit block-range arithmetic): done by the consumers themselves, it stalled both warpgroups
-//   at every switch between tiles, and the producer, with 24 registers, cannot hold the whole
-//   tile;
+// - the publisher warp, next to it, decides each tile (static or dynamic schedule), hands it to
+//   the producer, and publishes its coordinates and key-block ranges in shared memory with the
+//   tile's Q (q_full completes once both Q and the coordinates are in), then an end marker. That
+//   takes a few hundred instructions (divisions, 64-bit block-range arithmetic): done by the
+//   consumers themselves, it stalled both warpgroups at every switch between tiles, and the
+//   producer, with 24 registers, cannot hold the whole tile;
 // - each consumer warpgroup computes S = Q K^T (WGMMA, both operands in shared memory), the
 //   online softmax in registers and O += P V (WGMMA with P from registers) for its 64 rows.
 // Two overlaps hide the softmax: within a warpgroup the next block's Q K^T is issued before this
@@ -56,27 +56,55 @@ CUTE_DEVICE void wait_query_released_before(typename Traits::SharedStorage& smem
   if (round > 0) smem.q_released.wait((round - 1) & 1);
 }
 
+// What the CTA does in `round`. The static schedule is worked out from the round; the dynamic one
+// (tile lengths vary and the caller gave a workspace) takes the CTA's own tile first and then the
+// next one of the shared order from the counter, which the kernel ahead of this one zeroed: an SM
+// that finishes early takes more tiles, so no static pairing of long and short tiles is needed.
+// Called by the whole publisher warp.
+template <class Traits>
+CUTE_DEVICE ScheduledTile next_scheduled_tile(const ForwardParams<Traits>& params, int round) {
+  if (params.tile_counter == nullptr) return params.scheduler.scheduled(round, blockIdx.x, gridDim.x);
+  ScheduledTile s;
+  if (round == 0) {
+    s.linear = blockIdx.x;
+    return s;
+  }
+  int taken = 0;
+  if (threadIdx.x % cutlass::NumThreadsPerWarp == 0) {
+    wait_for_previous_kernel();  // the counter is zeroed
+    taken = atomicAdd(params.tile_counter, 1);
+  }
+  s.linear = static_cast<int>(gridDim.x) + __shfl_sync(0xffffffff, taken, 0);
+  return s;
+}
+
+// The publisher decides each tile (next_scheduled_tile) and hands it to the producer at once
+// through `scheduled`, then to the consumers, with its coordinates, once they released the
+// previous tile. Both rings have kPublishedTileSlots slots: the producer reads a slot before it
+// lets the tile's Q in, the consumers until the tile's epilogue.
 template <class Traits>
 CUTE_DEVICE void forward_tile_publisher(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem) {
   const int total_tiles = params.scheduler.total_tiles();
   const bool leader = cute::elect_one_sync();
   int slot = 0;
   for (int round = 0;; ++round) {
-    const ScheduledTile scheduled = params.scheduler.scheduled(round, blockIdx.x, gridDim.x);
+    const ScheduledTile scheduled = next_scheduled_tile(params, round);
     const bool done = scheduled.linear >= total_tiles;
     // The slot last held the tile three back, whose epilogue every consumer finished before
     // releasing the tile two back, i.e. before this warp last waited below.
     if (leader) {
+      smem.scheduled[slot] = scheduled;
+      // mbarrier.arrive has release semantics; CUTLASS's barrier asm has no memory clobber, so
+      // keep the compiler from sinking the stores past it (here and below).
+      asm volatile("" ::: "memory");
+      smem.scheduled_full[slot].arrive();
       smem.tiles[slot] = done ? ForwardTile::end_marker() : make_forward_tile(params, scheduled);
-      smem.pieces[slot] = scheduled.piece;
     }
     slot = next_published_tile_slot(slot);
     wait_query_released_before<Traits>(smem, round);
     if (leader) {
-      // The arrive releases the tile to the consumers (mbarrier.arrive has release semantics);
-      // CUTLASS's barrier asm has no memory clobber, so keep the compiler from sinking the store.
       asm volatile("" ::: "memory");
-      smem.q_full.arrive();
+      smem.q_full.arrive();  // releases the tile to the consumers
     }
     if (done) break;
   }
@@ -99,11 +127,17 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   const bool leader = threadIdx.x == 0;
   const int total_tiles = params.scheduler.total_tiles();
   int round = 0;
+  int slot = 0;
+  uint32_t scheduled_phase = 0;
   for (;; ++round) {
-    const ScheduledTile scheduled = params.scheduler.scheduled(round, blockIdx.x, gridDim.x);
+    smem.scheduled_full[slot].wait(scheduled_phase);
+    asm volatile("" ::: "memory");  // the read of the slot stays after the wait (acquire)
+    const ScheduledTile scheduled = smem.scheduled[slot];
+    slot = next_published_tile_slot(slot);
+    if (slot == 0) scheduled_phase ^= 1;
     if (scheduled.linear >= total_tiles) break;
-    // The producer works out the tile itself rather than wait for the publisher: it runs a tile or
-    // more ahead, and of the tile it keeps only what its loads need.
+    // The producer works out the tile's coordinates itself rather than wait for the publisher's:
+    // it runs a tile or more ahead, and of the tile it keeps only what its loads need.
     const ForwardTile t = make_forward_tile(params, scheduled);
     if (t.n_blocks.empty()) {  // the consumers write it without loads, once q_full completes
       wait_query_released_before<Traits>(smem, round);
@@ -330,7 +364,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
 
     scale_rows(tOrO, inv_sum);
     asm volatile("" ::: "memory");  // read the published tile here, not before the loop
-    const TailPiece piece = smem.pieces[slot];
+    const TailPiece piece = smem.scheduled[slot].piece;
     if (piece.writes_partial()) {  // a piece of a split tile: its owner stores the tile
       store_tail_partial<Traits>(params, piece.partial_slot, tOrO, lse, thread);
       continue;

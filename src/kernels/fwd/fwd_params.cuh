@@ -1,5 +1,6 @@
 // What the forward kernel receives: TMA descriptors for Q, K and V^T, the output pointers, the
-// problem, the tile schedule and the split tail's workspace. Built on the host by make_forward_params (fwd_launch.cuh).
+// problem, the tile schedule and the pointers into the optional workspace. Built on the host by
+// make_forward_params (fwd_launch.cuh).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -47,7 +48,12 @@ struct ForwardParams {
   RowTensor lse;       // lse.data may be null
   float scale_log2;    // softmax_scale * log2(e)
   TileScheduler scheduler;
-  // The split tail's workspace (fwd_tail_merge.cuh); null unless scheduler.tail is enabled.
+  // Into the workspace (fwd_workspace.cuh), all null without one: its counters, which a kernel
+  // ahead of this one zeroes; the dynamic schedule's tile counter (null: the static schedule); the
+  // split tail's flags and partials (null unless scheduler.tail is enabled).
+  int32_t* workspace_counters;
+  int workspace_counter_count;
+  int32_t* tile_counter;
   int32_t* tail_flags;
   float* tail_partials;
 };

@@ -1,53 +1,16 @@
-// The split tail's workspace and merge (see TileScheduler for the split itself).
-//
-// Workspace (caller-allocated, sized by forward_workspace_size()):
-//   flags     (ctas) int32, zeroed by a one-warp kernel ahead of the forward kernel, which starts
-//             under it (programmatic dependent launch) and waits for it only where the split tail
-//             first touches a flag: how many consumer threads of that CTA have left their
-//             partial in its slot
-//   partials  (ctas, kSlotFloats) fp32: slot c holds CTA c's partial, each consumer thread's
-//             normalised O fragment and its rows' LSE (natural log), value-major so that a warp's
-//             stores and loads of one value are 128 contiguous bytes
-// The partial is written and read back by the same thread index of the same fragment layout, so
-// it never needs a shuffle. The owner merges in slot order: the result is the same on every run.
+// The split tail's partials and their merge (see TileScheduler for the split itself, and
+// fwd_workspace.cuh for where the partials and flags live). The partial is written and read back
+// by the same thread index of the same fragment layout, so it never needs a shuffle. The owner
+// merges in slot order: the result is the same on every run.
 #pragma once
 
 #include <cute/tensor.hpp>
 
-#include <cstddef>
-#include <cstdint>
-
 #include "kernels/common/grid_dependency.cuh"
 #include "kernels/common/mma_layouts.cuh"
-#include "kernels/fwd/fwd_params.cuh"
+#include "kernels/fwd/fwd_workspace.cuh"
 
 namespace hopattn {
-
-template <class Traits>
-struct ForwardTailWorkspace {
-  static constexpr int kRowsPerThread = 2;  // of a 64-row WGMMA accumulator
-  static constexpr long long kOFloats = static_cast<long long>(Traits::kBlockM) * Traits::kHeadDim;
-  static constexpr long long kSlotFloats = kOFloats + kRowsPerThread * Traits::kConsumerThreads;
-  static constexpr size_t kAlignment = 256;
-
-  static size_t flags_bytes(int ctas) { return (ctas * sizeof(int32_t) + kAlignment - 1) / kAlignment * kAlignment; }
-  static size_t bytes_for(int ctas) { return flags_bytes(ctas) + ctas * kSlotFloats * sizeof(float) + kAlignment; }
-
-  // Sets the workspace pointers of `params` in `base` (16-byte aligned, bytes_for(ctas) bytes).
-  static void carve(void* base, int ctas, ForwardParams<Traits>& params) {
-    const uintptr_t at = (reinterpret_cast<uintptr_t>(base) + kAlignment - 1) / kAlignment * kAlignment;
-    params.tail_flags = reinterpret_cast<int32_t*>(at);
-    params.tail_partials = reinterpret_cast<float*>(at + flags_bytes(ctas));
-  }
-};
-
-// Zeroes the split tail's flags, letting the forward kernel start at once (see above). A template
-// like the kernel it serves, so that each instantiation unit has its own.
-template <class Traits>
-__global__ void __launch_bounds__(32) reset_tail_flags_kernel(int32_t* flags, int count) {
-  allow_next_kernel_to_start();
-  for (int i = threadIdx.x; i < count; i += blockDim.x) flags[i] = 0;
-}
 
 // A piece that is not its tile's last: leaves this thread's share of the normalised O and LSE in
 // the CTA's slot, then counts itself in the slot's flag (release: the owner that sees every
@@ -55,7 +18,7 @@ __global__ void __launch_bounds__(32) reset_tail_flags_kernel(int32_t* flags, in
 template <class Traits, class AccO, int kRows>
 CUTE_DEVICE void store_tail_partial(const ForwardParams<Traits>& params, int slot, AccO const& tOrO,
                                     const float (&lse)[kRows], int thread) {
-  using Workspace = ForwardTailWorkspace<Traits>;
+  using Workspace = ForwardWorkspace<Traits>;
   static_assert(kRows == Workspace::kRowsPerThread, "slot layout assumes two rows per thread");
   constexpr int kThreads = Traits::kConsumerThreads;
   float* part = params.tail_partials + slot * Workspace::kSlotFloats;
@@ -66,7 +29,7 @@ CUTE_DEVICE void store_tail_partial(const ForwardParams<Traits>& params, int slo
     for (int c = 0; c < cute::size<1>(o); ++c) __stcg(part + o.layout()(r, c) * kThreads + thread, o(r, c));
     __stcg(part + Workspace::kOFloats + r * kThreads + thread, lse[r]);
   }
-  wait_for_previous_kernel();  // the flags are zeroed
+  wait_for_previous_kernel();  // the flags are zeroed (fwd_workspace.cuh)
   asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(params.tail_flags + slot) : "memory");
 }
 
@@ -75,10 +38,10 @@ CUTE_DEVICE void store_tail_partial(const ForwardParams<Traits>& params, int slo
 template <class Traits, class AccO, int kRows>
 CUTE_DEVICE void merge_tail_partials(const ForwardParams<Traits>& params, const TailPiece& piece, AccO& tOrO,
                                      float (&lse)[kRows], int thread) {
-  using Workspace = ForwardTailWorkspace<Traits>;
+  using Workspace = ForwardWorkspace<Traits>;
   constexpr int kThreads = Traits::kConsumerThreads;
   cute::Tensor o = as_row_col(tOrO);
-  wait_for_previous_kernel();  // the flags are zeroed
+  wait_for_previous_kernel();  // the flags are zeroed (fwd_workspace.cuh)
   for (int i = 0; i < piece.merge_count; ++i) {
     const int slot = piece.merge_first + i;
     const int32_t* flag = params.tail_flags + slot;

@@ -32,11 +32,11 @@ struct ForwardTile {
   CUTE_DEVICE bool is_end_marker() const { return head < 0; }
 };
 
-// The ring of published tiles in shared memory: the publisher writes a slot before it knows that
-// the consumers released the previous tile, and a slot is read until its tile's epilogue. A tile's
-// TailPiece sits in a ring of its own: read only by the epilogue, it stays out of the copy of the
-// tile that the consumers keep in registers (in the tile itself it cost the 176-key kernel 60
-// spilled registers).
+// The rings of published tiles in shared memory: the publisher writes a slot before it knows that
+// the consumers released the previous tile, and a slot is read until its tile's epilogue. The
+// tile's ScheduledTile (its TailPiece is read by the epilogue) sits in a ring of its own, which the
+// producer reads too: inside the tile, which the consumers keep in registers, the piece cost the
+// 176-key kernel 60 spilled registers.
 constexpr int kPublishedTileSlots = 3;
 CUTE_DEVICE int next_published_tile_slot(int slot) { return slot == kPublishedTileSlots - 1 ? 0 : slot + 1; }
 
