@@ -78,7 +78,7 @@ void hopattn_backward_args_init(hopattn_backward_args* args);
 
 /* `stream` is a cudaStream_t (NULL: the legacy default stream). */
 int hopattn_forward(const hopattn_forward_args* args, void* stream);
-/* Optional workspace that lets the forward split its last round of tiles (see hopattn.hpp). */
+/* Optional workspace that lets the forward balance its tiles across the SMs (see hopattn.hpp). */
 int hopattn_forward_workspace_size(const hopattn_forward_args* args, size_t* bytes);
 int hopattn_forward_with_workspace(const hopattn_forward_args* args, void* workspace, size_t workspace_bytes,
                                    void* stream);

@@ -131,8 +131,9 @@ Status forward(const ForwardArgs& args, Stream stream);
 
 // Device workspace with which forward() can run faster (0 when it has no use for one). Without a
 // mask, when the query tiles do not fill the GPU's last round of work, the forward splits that
-// round's tiles along the keys across all SMs and merges the pieces through this workspace. The
-// size depends on the arguments and the current device.
+// round's tiles along the keys across all SMs and merges the pieces through this workspace; with a
+// mask or variable lengths the SMs take their tiles from a counter in it as they finish. The size
+// depends on the arguments and the current device.
 Status forward_workspace_size(const ForwardArgs& args, size_t* bytes);
 
 // forward() with a workspace of forward_workspace_size() bytes (or more). Its contents need not be
