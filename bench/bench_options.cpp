@@ -68,7 +68,7 @@ Usage: hopattn-bench [options]
   --reps N           timed launches; the median is reported (default 20)
   --no-check         skip the comparison with the reference
   --no-forward-workspace
-                     run forward() without its optional workspace (no split tail)
+                     run forward() without its optional workspace (no split tail, static schedule)
   --seed N           input seed (default 0)
   --json PATH        also write results as JSON (docs/benchmarking.md schema); '-' for stdout
   -h, --help         this text

@@ -161,13 +161,13 @@ Workspace poisoned_workspace(DeviceBuffer* buffer, size_t bytes, cudaStream_t st
 
 }  // namespace
 
-Status call_forward(const AttentionCase& c, const Outputs& out, bool with_workspace, cudaStream_t stream) {
+Status call_forward(const AttentionCase& c, const Outputs& out, bool with_workspace) {
   const ForwardArgs args = c.forward_args(out);
-  if (!with_workspace) return forward(args, stream);
+  if (!with_workspace) return forward(args, nullptr);
   size_t bytes = 0;
   if (Status s = forward_workspace_size(args, &bytes); !s.ok()) return s;
   static DeviceBuffer* workspace = new DeviceBuffer();
-  return forward(args, poisoned_workspace(workspace, bytes, stream), stream);
+  return forward(args, poisoned_workspace(workspace, bytes, nullptr), nullptr);
 }
 
 Status call_backward(const AttentionCase& c, const Outputs& fwd, const Outputs& grads, bool deterministic,

@@ -29,9 +29,10 @@ std::vector<NamedCase> special_cases();
 // and waits; returns the status `call` returned during the capture.
 Status capture_and_replay(const std::function<Status(cudaStream_t)>& call, int replays);
 
-// forward() of the case into `out`, with a workspace sized by forward_workspace_size and poisoned
-// first (when not capturing) or without one. Not for concurrent calls (one shared workspace).
-Status call_forward(const AttentionCase& c, const Outputs& out, bool with_workspace, cudaStream_t stream = nullptr);
+// forward() of the case into `out` on the default stream, with a workspace sized by
+// forward_workspace_size and poisoned first, or without one. Not for concurrent calls (one shared
+// workspace).
+Status call_forward(const AttentionCase& c, const Outputs& out, bool with_workspace);
 
 // backward() of the forward that wrote `fwd` (its O and LSE) on the case's inputs, into `grads`,
 // with a workspace sized by backward_workspace_size and poisoned first (when not capturing, i.e.

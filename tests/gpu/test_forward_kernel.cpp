@@ -105,6 +105,16 @@ TEST_F(ForwardKernel, BroadcastKeysAndValuesMatchTheirCopies) {
   EXPECT_LT(worst, 2e-2) << "broadcast and copied K/V disagree";  // bf16 rounding of O is ~4e-3
 }
 
+// forward() of `c` into `out` with the workspace it asks for (*bytes of it, allocated before the
+// capture, as a graph's user must), captured into a CUDA graph on a side stream and replayed.
+Status forward_in_graph(const AttentionCase& c, const Outputs& out, size_t* bytes) {
+  const ForwardArgs args = c.forward_args(out);
+  if (Status s = forward_workspace_size(args, bytes); !s.ok()) return s;
+  const DeviceBuffer workspace(*bytes);
+  return capture_and_replay(
+      [&](cudaStream_t stream) { return forward(args, Workspace{workspace.data(), *bytes}, stream); }, 3);
+}
+
 // The same forward, captured into a CUDA graph on a side stream and replayed, gives bitwise the
 // direct result: nothing in forward() synchronizes, allocates or copies to the host. The direct
 // call runs the static schedule, the graph the dynamic one (its counter reset on every replay).
@@ -121,14 +131,10 @@ TEST_F(ForwardKernel, CapturedInCudaGraphMatchesDirectCall) {
   ASSERT_TRUE(forward(c.forward_args(direct), nullptr).ok());
   check_cuda(cudaDeviceSynchronize(), "direct forward");
 
-  const ForwardArgs args = c.forward_args(graphed);
   size_t bytes = 0;
-  ASSERT_TRUE(forward_workspace_size(args, &bytes).ok());
-  EXPECT_GT(bytes, 0u) << "no dynamic schedule: the graph no longer tests it";
-  const DeviceBuffer workspace(bytes);  // allocated before the capture, as a graph's user must
-  const Status s =
-      capture_and_replay([&](cudaStream_t stream) { return forward(args, Workspace{workspace.data(), bytes}, stream); }, 3);
+  const Status s = forward_in_graph(c, graphed, &bytes);
   ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_GT(bytes, 0u) << "no dynamic schedule: the graph no longer tests it";
   expect_bitwise_equal(c, direct, graphed, {Field::kO, Field::kLse});
 }
 
@@ -204,8 +210,8 @@ TEST_F(ForwardKernel, WorkspaceTooSmallIsRejected) {
   check_cuda(cudaDeviceSynchronize(), "forward");
 }
 
-// The split tail (the counters' reset kernel and the forward) captured into a CUDA graph and replayed gives bitwise
-// the direct result.
+// The split tail (the counters' reset kernel and the forward) captured into a CUDA graph and
+// replayed gives bitwise the direct result.
 TEST_F(ForwardKernel, SplitTailCapturedInCudaGraphMatchesDirectCall) {
   CaseSpec spec;
   spec.head_dim = 128;
@@ -218,8 +224,8 @@ TEST_F(ForwardKernel, SplitTailCapturedInCudaGraphMatchesDirectCall) {
   const Outputs direct = c.new_outputs(), graphed = c.new_outputs();
   ASSERT_TRUE(call_forward(c, direct, /*with_workspace=*/true).ok());
   check_cuda(cudaDeviceSynchronize(), "direct forward");
-  const Status s =
-      capture_and_replay([&](cudaStream_t stream) { return call_forward(c, graphed, /*with_workspace=*/true, stream); }, 3);
+  size_t bytes = 0;
+  const Status s = forward_in_graph(c, graphed, &bytes);
   ASSERT_TRUE(s.ok()) << s.message();
   expect_bitwise_equal(c, direct, graphed, {Field::kO, Field::kLse});
 }

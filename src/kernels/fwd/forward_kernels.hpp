@@ -12,7 +12,8 @@
 namespace hopattn {
 
 // `workspace`: null, or forward_workspace_bytes() bytes (16-byte aligned) that the kernel may use
-// to split its last round of tiles along the keys.
+// to split its last round of tiles along the keys or to take its tiles from a counter
+// (fwd_workspace.cuh).
 template <DType kDType, int kHeadDim>
 cudaError_t launch_forward_kernel(const Problem& problem, const ForwardTensors& tensors, const DeviceLimits& device,
                                   void* workspace, cudaStream_t stream);

@@ -33,7 +33,8 @@ TailSplit forward_tail_split(const Problem& p, const DeviceLimits& device) {
 }
 
 // What the kernel does with a workspace for `p` on `device`: the split tail where every tile has
-// the same key blocks, the dynamic schedule where tile lengths vary (a mask or varlen).
+// the same key blocks, the dynamic schedule where tile lengths vary (a mask or varlen). Without a
+// workspace it does neither (a default plan).
 struct ForwardWorkspacePlan {
   TailSplit tail;
   bool dynamic = false;
@@ -104,22 +105,20 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   // at least 2 CTAs share each (batch, head) pair, and sections spanning whole rounds otherwise.
   const int group = p.heads / p.heads_kv;
   const int ctas = persistent_ctas(device);
-  const ForwardWorkspacePlan plan = forward_workspace_plan<Traits>(p, device);
-  const bool dynamic = workspace != nullptr && plan.dynamic;
-  if (workspace != nullptr && plan.needed()) {
-    ForwardWorkspace<Traits>::carve(workspace, ctas, plan.dynamic, plan.tail.enabled(), params);
-  }
+  const ForwardWorkspacePlan plan = workspace != nullptr ? forward_workspace_plan<Traits>(p, device) : ForwardWorkspacePlan{};
+  if (plan.needed()) ForwardWorkspace<Traits>::carve(workspace, ctas, plan.dynamic, plan.tail.enabled(), params);
   if (p.mask.unbounded()) {
     params.scheduler = TileScheduler::make(num_m_blocks, p.heads, p.batch, group, /*kv_heads_per_section=*/1, 0);
-    if (workspace != nullptr) params.scheduler.tail = plan.tail;
+    params.scheduler.tail = plan.tail;
     return params;
   }
   constexpr long long kMinCtasPerPair = 2;
   constexpr long long kMinMaskedRounds = 4;
-  const bool global_order = !dynamic && ctas >= kMinCtasPerPair * static_cast<long long>(p.heads) * p.batch;
+  const bool global_order = !plan.dynamic && ctas >= kMinCtasPerPair * static_cast<long long>(p.heads) * p.batch;
   const long long kv_bytes_per_head = 2LL * p.max_seqlen_k * Traits::kHeadDim * sizeof(Element);
   const long long kv_heads = global_order ? 0 : TileScheduler::kv_heads_within(device.l2_bytes / 2, kv_bytes_per_head);
-  params.scheduler = TileScheduler::make(num_m_blocks, p.heads, p.batch, group, kv_heads, kMinMaskedRounds * ctas, dynamic);
+  params.scheduler = TileScheduler::make(num_m_blocks, p.heads, p.batch, group, kv_heads, kMinMaskedRounds * ctas,
+                                         /*equal_sections=*/plan.dynamic);
   return params;
 }
 

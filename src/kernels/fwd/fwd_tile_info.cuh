@@ -1,6 +1,6 @@
 // Where one (m_block, head, batch) tile of the forward lives, and which key blocks it visits.
-// The producer and the publisher warp derive it the same way from the same schedule; the
-// consumers read what the publisher wrote (see forward_tile_publisher).
+// The producer and the publisher warp derive it the same way from the same ScheduledTile, which
+// the publisher decides; the consumers read what the publisher wrote (see forward_tile_publisher).
 #pragma once
 
 #include "kernels/common/block_range.hpp"
