@@ -98,24 +98,29 @@ struct BackwardKernelTraits {
                                           cute::GMMA::Major::MN>())>;
   using TiledMmaKV = decltype(cute::make_tiled_mma(
       MmaKVAtom{}, cute::Layout<cute::Shape<cute::Int<kScoreWarpgroups>, cute::Int<kHeadDimSplits>, cute::_1>>{}));
-  // dQ = dS K, (queries, head dim), dS^T and K read transposed (MN-major): the two warpgroups
-  // take half of the head dim each, over all keys, so one partial sum per query block leaves the
-  // CTA. K's swizzle atom is chosen so that half the head dim is whole atoms (see SmemLayoutK).
+  // dQ = dS K, (queries, head dim), dS^T and K read transposed (MN-major), over all keys, so one
+  // partial sum per query block leaves the CTA. With 128 queries each warpgroup takes 64 of them
+  // over the whole head dim; otherwise each takes half of the head dim. At d64 the head-dim split
+  // made the GEMM N = 32 wide: a 64 x 32 x 16 SS WGMMA reads 3 KB of shared memory (24 cycles at
+  // 128 bytes a cycle) for 16 cycles of tensor-core work, where 64 x 64 x 16 reads 4 KB in 32.
+  // Measured with the per-warpgroup dQ handoff below: d64 +4% (docs/perf-log.md).
+  static constexpr bool kDqSplitsQueries = kBlockM == 64 * kMmaWarpgroups;
+  static constexpr int kDqHeadDimSplits = kDqSplitsQueries ? 1 : kMmaWarpgroups;
   using TiledMmaDQ = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<Element, Element, float,
-                                 cute::Shape<cute::_64, cute::Int<kHeadDim / kMmaWarpgroups>, BlockN>,
+                                 cute::Shape<cute::_64, cute::Int<kHeadDim / kDqHeadDimSplits>, BlockN>,
                                  cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
-      cute::Layout<cute::Shape<cute::_1, cute::Int<kMmaWarpgroups>, cute::_1>>{}));
+      cute::Layout<cute::Shape<cute::Int<kMmaWarpgroups / kDqHeadDimSplits>, cute::Int<kDqHeadDimSplits>, cute::_1>>{}));
 
   // Q (also dO); where dK/dV split the head dim, each half of Q^T / dO^T must be whole atoms.
   using SmemLayoutQ = decltype(cute::tile_to_shape(
       widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim / kHeadDimSplits>(),
       cute::Shape<BlockM, HeadDim, Stages>{}));
   using SmemLayoutQt = TransposedStagedLayout<SmemLayoutQ, BlockM, HeadDim, Stages>;
-  // K (also V): the dQ GEMM reads K^T split in two along the head dim, each half whole swizzle
-  // atoms: 128-byte swizzle at d128/d256, 64-byte at d64/d192, 32-byte at d96.
+  // K (also V): where the dQ GEMM reads K^T split in two along the head dim, each half must be
+  // whole swizzle atoms: 128-byte swizzle at d64/d128/d256, 64-byte at d192, 32-byte at d96.
   using SmemLayoutK = decltype(cute::tile_to_shape(
-      widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim / kMmaWarpgroups>(), cute::Shape<BlockN, HeadDim>{}));
+      widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim / kDqHeadDimSplits>(), cute::Shape<BlockN, HeadDim>{}));
   using SmemLayoutKt = TransposedLayout<SmemLayoutK, BlockN, HeadDim>;
   // dS^T (keys, queries), one buffer per pipeline stage: a warpgroup may write the next block's
   // dS^T while the other still reads this block's in its dQ GEMM. P^T (split queries only) alike.
@@ -130,17 +135,17 @@ struct BackwardKernelTraits {
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kRowStatBytes = kBlockM * sizeof(float);
   static constexpr uint32_t kStageBytes = 2 * kQBytes + 2 * kRowStatBytes;  // Q, dO, LSE, D
-  // The dQ of one query block, as it travels to dq_accum; with two staging buffers the writer warp
-  // drains one block's while the next block's is computed.
-  static constexpr int kDqFloats = kBlockM * kHeadDim;
-  static constexpr int kDqBuffers = Config::kDqBuffers;
-  // Threads at the dQ handoff barriers: the MMA warpgroups and the writer warp.
-  static constexpr uint32_t kDqHandoffThreads = kMmaThreads + cutlass::NumThreadsPerWarp;
-  // Where accumulator value i of MMA thread `thread` sits in a staged block: groups of four values
-  // per thread, so that each thread moves 16 bytes at a time and a warp's accesses are contiguous.
-  // The main kernel stores and the postprocess reads in this order.
+  // The dQ of one query block, as it travels to dq_accum: each MMA warpgroup stages its share in
+  // a buffer of its own and hands it to the writer warp on a barrier pair of its own (the writer
+  // warp and that warpgroup), so a warpgroup never waits for the other's handoff.
+  static constexpr int kDqFloatsPerWarpgroup = kBlockM * kHeadDim / kMmaWarpgroups;
+  static constexpr uint32_t kDqHandoffThreads = cutlass::NumThreadsPerWarpGroup + cutlass::NumThreadsPerWarp;
+  // Where accumulator value i of MMA thread `thread` sits in a staged block: its warpgroup's share,
+  // then groups of four values per thread, so that each thread moves 16 bytes at a time and a
+  // warp's accesses are contiguous. The main kernel stores and the postprocess reads in this order.
   CUTE_HOST_DEVICE static constexpr int dq_staging_offset(int i, int thread) {
-    return ((i / 4) * kMmaThreads + thread) * 4 + i % 4;
+    constexpr int kWgThreads = cutlass::NumThreadsPerWarpGroup;
+    return thread / kWgThreads * kDqFloatsPerWarpgroup + ((i / 4) * kWgThreads + thread % kWgThreads) * 4 + i % 4;
   }
 
   struct SharedStorage {
@@ -151,7 +156,7 @@ struct BackwardKernelTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> ds;
     // A token size where P^T stays in registers.
     cute::array_aligned<Element, kSplitQueries ? cute::cosize_v<SmemLayoutDS> : 8, kSplitQueries ? 1024 : 16> p;
-    cute::array_aligned<float, kDqBuffers * kDqFloats, 128> dq;
+    cute::array_aligned<float, kMmaWarpgroups * kDqFloatsPerWarpgroup, 128> dq;
     cute::array_aligned<float, kStages * kBlockM, 128> lse_log2;
     cute::array_aligned<float, kStages * kBlockM, 128> dpsum;
     cutlass::arch::ClusterTransactionBarrier kv_full;

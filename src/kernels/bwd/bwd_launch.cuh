@@ -47,10 +47,6 @@ BackwardParams<Traits> make_backward_params(const Problem& p, const BackwardTens
   params.tma_v = make_tma_copy(SM90_TMA_LOAD{}, tma_tokens_tensor<Element>(t.v, k_tokens, p.head_dim, p.heads_kv, batch, k_span),
                                typename Traits::SmemLayoutK{}, k_box, _1{});
   params.problem = p;
-  params.o = t.o;
-  params.dout = t.dout;
-  params.lse = t.lse;
-  params.dq = t.dq;
   params.dk = t.dk;
   params.dv = t.dv;
   params.workspace = BackwardWorkspace::carve(workspace, p, Traits::kHeadDim);

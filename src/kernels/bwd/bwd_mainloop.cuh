@@ -149,7 +149,7 @@ template <class Traits>
 CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typename Traits::SharedStorage& smem,
                                     const BackwardTile& t) {
   using namespace backward_detail;
-  constexpr int kDqBytes = Traits::kDqFloats * sizeof(float);
+  constexpr int kShareBytes = Traits::kDqFloatsPerWarpgroup * sizeof(float);
   const BackwardWorkspace& ws = params.workspace;
   const Problem& p = params.problem;
   const int group = group_size(p);
@@ -159,42 +159,42 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
   // Only now may the postprocess start: without determinism it reads the counter below instead of
   // waiting for this kernel to complete, so the preprocess must have cleared it.
   allow_next_kernel_to_start();
-  // Both staging buffers start empty (only the ones that will be used are announced, so that no
-  // arrival is left pending at exit).
-  for (int buffer = 0; buffer < Traits::kDqBuffers && buffer < blocks; ++buffer) {
-    cutlass::arch::NamedBarrier::arrive(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqEmpty0, buffer));
-  }
+  // Every staging buffer starts empty (announced only if used, so that no arrival is left pending
+  // at exit).
+  auto announce_empty = [&](int warpgroup) {
+    cutlass::arch::NamedBarrier::arrive(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqEmpty0, warpgroup));
+  };
+  for (int wg = 0; wg < Traits::kMmaWarpgroups && blocks > 0; ++wg) announce_empty(wg);
   int done = 0;
   for (int g = 0; g < group; ++g) {
     const int head = t.head_kv * group + g;
     const long long first_row = ws.row_index(head, t.padded_row);
     for (int m = t.m_blocks.begin; m < t.m_blocks.end; ++m) {
-      const int buffer = done % Traits::kDqBuffers;
-      const float* staged = smem.dq.data() + buffer * Traits::kDqFloats;
-      cutlass::arch::NamedBarrier::sync(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqFull0, buffer));
-      if (lane0) {
-        const long long row = first_row + static_cast<long long>(m) * Traits::kBlockM;
-        float* dq = ws.dq_accum + row * ws.head_dim;
-        int32_t* semaphore = ws.semaphore(row);
-        if (params.deterministic) {
-          const int order =
-              n_block_range(p.mask, m, Traits::kBlockM, Traits::kBlockN, t.seqlen_q, t.seqlen_k).end - 1 - t.n_block;
-          while (load_acquire(semaphore) != order) __nanosleep(64);
-          asm volatile("fence.proxy.async.global;\n" ::: "memory");
-          bulk_reduce_add(dq, staged, kDqBytes);
-          bulk_commit();
-          bulk_wait_complete();
-          __threadfence();
-          atomicAdd(semaphore, 1);
-        } else {
-          bulk_reduce_add(dq, staged, kDqBytes);
+      const long long row = first_row + static_cast<long long>(m) * Traits::kBlockM;
+      float* dq = ws.dq_accum + row * ws.head_dim;
+      int32_t* semaphore = ws.semaphore(row);
+      const bool last = done + 1 == blocks;
+      for (int wg = 0; wg < Traits::kMmaWarpgroups; ++wg) {
+        cutlass::arch::NamedBarrier::sync(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqFull0, wg));
+        if (lane0) {
+          if (params.deterministic && wg == 0) {
+            const int order =
+                n_block_range(p.mask, m, Traits::kBlockM, Traits::kBlockN, t.seqlen_q, t.seqlen_k).end - 1 - t.n_block;
+            while (load_acquire(semaphore) != order) __nanosleep(64);
+            asm volatile("fence.proxy.async.global;\n" ::: "memory");
+          }
+          const int offset = wg * Traits::kDqFloatsPerWarpgroup;
+          bulk_reduce_add(dq + offset, smem.dq.data() + offset, kShareBytes);
           bulk_commit();
           bulk_wait_read();
         }
+        __syncwarp();
+        if (!last) announce_empty(wg);
       }
-      __syncwarp();
-      if (done + Traits::kDqBuffers < blocks) {
-        cutlass::arch::NamedBarrier::arrive(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqEmpty0, buffer));
+      if (lane0 && params.deterministic) {  // the next key block may add once these sums are in
+        bulk_wait_complete();
+        __threadfence();
+        atomicAdd(semaphore, 1);
       }
       ++done;
     }
@@ -235,7 +235,13 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
   cute::Tensor tdKrQt = thr_kv.partition_fragment_B(Smem::qt(smem));
   cute::Tensor tdQrdS = thr_dq.partition_fragment_A(Smem::dst(smem));  // (MMA, MMA_M, MMA_K, PIPE)
   cute::Tensor tdQrKt = thr_dq.partition_fragment_B(Smem::kt(smem));
-  cute::Tensor tdSsdS = thr_sdp.partition_C(Smem::ds(smem));  // where this thread's dS^T entries go
+  // dS^T (with split queries P^T too) goes to shared memory through stmatrix, 16 bytes of a thread
+  // (four 8x8 tiles a warp) per instruction. An element-wise copy through the swizzled layout
+  // compiled to a 4-byte generic store per register, each with a 64-bit address of its own (32
+  // stores and their address registers per block at d64).
+  auto score_store = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+  auto thr_score_store = score_store.get_thread_slice(thread);
+  cute::Tensor tdSsdS = thr_score_store.partition_D(Smem::ds(smem));  // (CPY, CPY_N, CPY_M, PIPE)
 
   // (key, query) of every score entry this thread holds, relative to the tile.
   cute::Tensor cS = thr_sdp.partition_C(make_identity_tensor(Shape<BlockN, BlockM>{}));
@@ -267,15 +273,21 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
       convert_fragment(tdPrdP, rdS);
     };
     // The scores this thread wrote to shared memory (dS^T; with split queries P^T too) become
-    // visible to the WGMMAs (async proxy), and one barrier serves two purposes: every MMA thread
-    // has written its entries, and the writer warp has read out the dQ staged in this buffer
-    // earlier.
-    auto publish_scores = [&](int dq_buffer) {
+    // visible to the WGMMAs (async proxy) once every MMA thread has written its entries.
+    auto publish_scores = [&] {
       cutlass::arch::fence_view_async_shared();
-      cutlass::arch::NamedBarrier::sync(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqEmpty0, dq_buffer));
+      cutlass::arch::NamedBarrier::sync(Traits::kMmaThreads, barrier_id(BwdBarrier::kScoresPublished));
     };
+    // With one stage the dS^T buffer is rewritten every block while the other warpgroup's dQ GEMM
+    // of the last block may still read it (the Q/dO stage goes back before that GEMM ends): each
+    // warpgroup arrives here with its own dQ GEMM done.
+    auto wait_until_scores_read = [&] {
+      if constexpr (Traits::kStages == 1) {
+        cutlass::arch::NamedBarrier::sync(Traits::kMmaThreads, barrier_id(BwdBarrier::kScoresPublished));
+      }
+    };
+    const int warpgroup = thread / kWgThreads;
     typename Traits::PipelineState state;
-    int block = 0;  // query blocks done, over all heads of the group
     smem.kv_full.wait(0);
     const int group = group_size(params.problem);
     for (int g = 0; g < group; ++g) {
@@ -312,20 +324,20 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
             }
           }
         }
-        const int dq_buffer = block % Traits::kDqBuffers;
         auto issue_dq = [&] {
           issue_warpgroup_gemm</*kZeroInit=*/true>(mma_dq, tdQrdS(_, _, _, stage), tdQrKt, tdQrdQ);
         };
         if constexpr (Traits::kSplitQueries) {
-          cute::Tensor tPsP = thr_sdp.partition_C(Smem::p(smem));
+          cute::Tensor tPsP = thr_score_store.partition_D(Smem::p(smem));
           cute::Tensor tdVsP = thr_kv.partition_fragment_A(Smem::p(smem));  // (MMA, MMA_N, MMA_M, PIPE)
           cute::Tensor tdKsdS = thr_kv.partition_fragment_A(Smem::ds(smem));
           convert_fragment(tSrS, rP);
-          copy(rP, tPsP(_, _, _, stage));
+          copy(score_store, thr_score_store.retile_S(rP), tPsP(_, _, _, stage));
           warpgroup_wait<0>();  // dP^T
           compute_ds(dpsum);
-          copy(rdS, tdSsdS(_, _, _, stage));
-          publish_scores(dq_buffer);
+          wait_until_scores_read();
+          copy(score_store, thr_score_store.retile_S(rdS), tdSsdS(_, _, _, stage));
+          publish_scores();
           issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdVsP(_, _, _, stage), tdVrdOt(_, _, _, stage), tdVrdV);
           issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdKsdS(_, _, _, stage), tdKrQt(_, _, _, stage), tdKrdK);
           issue_dq();
@@ -347,8 +359,9 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
             issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdVrP, tdVrdOt(_, _, _, stage), tdVrdV);
           }
           if constexpr (!Traits::kDqBeforeDk) issue_dk();
-          copy(rdS, tdSsdS(_, _, _, stage));
-          publish_scores(dq_buffer);
+          wait_until_scores_read();
+          copy(score_store, thr_score_store.retile_S(rdS), tdSsdS(_, _, _, stage));
+          publish_scores();
           issue_dq();
           if constexpr (Traits::kDqBeforeDk) issue_dk();
         }
@@ -361,9 +374,10 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
           if constexpr (Traits::kReleaseStageBeforeDq) warpgroup_wait<0>();  // dQ
         }
 
-        // Hand the partial dQ to the writer warp in register order: conflict-free stores, and the
-        // postprocess kernel reads the same order back.
-        float* dq = smem.dq.data() + dq_buffer * Traits::kDqFloats;
+        // Hand the partial dQ to the writer warp in register order, once it has read out the last
+        // block's: conflict-free stores, and the postprocess kernel reads the same order back.
+        cutlass::arch::NamedBarrier::sync(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqEmpty0, warpgroup));
+        float* dq = smem.dq.data();
         static_assert(decltype(size(tdQrdQ))::value % 4 == 0, "dQ values move in groups of four");
         CUTE_UNROLL
         for (int i = 0; i < size(tdQrdQ); i += 4) {
@@ -371,13 +385,12 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
               make_float4(tdQrdQ(i), tdQrdQ(i + 1), tdQrdQ(i + 2), tdQrdQ(i + 3));
         }
         cutlass::arch::fence_view_async_shared();
-        cutlass::arch::NamedBarrier::arrive(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqFull0, dq_buffer));
+        cutlass::arch::NamedBarrier::arrive(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqFull0, warpgroup));
         if constexpr (Traits::kDqBeforeDk) {
           warpgroup_wait<0>();  // dK
           pipeline.consumer_release(state);
         }
         ++state;
-        ++block;
       }
     }
   }

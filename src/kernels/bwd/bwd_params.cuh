@@ -1,4 +1,4 @@
-// What the backward kernels receive: TMA descriptors for Q, dO, K and V, the gradients' pointers,
+// What the backward kernels receive: TMA descriptors for Q, dO, K and V, the dK and dV pointers,
 // the workspace and the problem. Built on the host by make_backward_params (bwd_launch.cuh).
 #pragma once
 
@@ -39,8 +39,7 @@ struct BackwardParams {
   TmaTokensShape shape_k;
 
   Problem problem;
-  RowTensor o, dout, lse;  // read by the preprocess kernel
-  RowTensor dq, dk, dv;
+  RowTensor dk, dv;
   BackwardWorkspace workspace;
   float scale_log2;  // softmax_scale * log2(e)
   bool deterministic;

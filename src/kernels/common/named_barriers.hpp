@@ -10,11 +10,13 @@ enum class FwdBarrier : uint32_t {
   kWarpScheduler0 = 0,  // + consumer warpgroup: its turn to issue tensor-core work (ping-pong)
 };
 
-// The backward's barriers around the dQ staging buffers between the MMA warpgroups and the dQ
-// writer warp: full, the partial sums are in shared memory; empty, the writer has read them out.
+// The backward's barriers. Around each MMA warpgroup's dQ staging buffer, between it and the dQ
+// writer warp: full, its partial sums are in shared memory; empty, the writer has read them out.
+// Among the MMA warpgroups: every one has written its dS^T (and P^T) entries of the block.
 enum class BwdBarrier : uint32_t {
-  kDqFull0 = 0,   // + staging buffer
-  kDqEmpty0 = 2,  // + staging buffer
+  kDqFull0 = 0,   // + MMA warpgroup
+  kDqEmpty0 = 2,  // + MMA warpgroup
+  kScoresPublished = 4,
 };
 
 inline constexpr int kMaxConsumerWarpgroups = 3;
