@@ -18,11 +18,13 @@ for round in $(seq 1 "$rounds"); do
     # shellcheck disable=SC2086  # the compare arguments are meant to split
     eval HOPATTN_LIBRARY="$library" python3 bench/compare.py run --json "$json" --peers cudnn $args \
       > "$out/$name-$round.log" 2>&1 || echo "ab_compare: $name round $round failed (see $json's log)"
-    python3 - "$json" "$name" <<'EOF'
-import json, sys
-path, name = sys.argv[1:]
+    python3 - "$json" "$name" "$args" <<'EOF'
+import json, os, sys
+path, name, args = sys.argv[1:]
 data = json.load(open(path))
 data["env"]["variant"] = name
+data["env"]["command"] = (f"HOPATTN_LIBRARY=<build {name}>/libhopattn.so python3 bench/compare.py run "
+                          f"--json {os.path.basename(path)} --peers cudnn {args}")
 json.dump(data, open(path, "w"), indent=1)
 EOF
     files+=("$json")
