@@ -56,10 +56,10 @@ struct BackwardKernelTraits {
   static constexpr bool kSplitQueries = kBlockN == 64;
   // The dK GEMM is issued after the dQ GEMM, so that it runs while the warpgroup stores dQ to
   // shared memory for the writer warp (instead of the tensor cores idling until the next block's
-  // S^T). Where P^T feeds dV from registers and dV is issued before dS^T exists (kDvUnderDs),
-  // P^T, dQ and dK in flight at once need more registers than there are (ptxas spills, d128
-  // measured -0.2% to -0.5%), so only the 128-query blocks take it (d64: +1-2%).
-  static constexpr bool kDqBeforeDk = !kSplitQueries && !kDvUnderDs;
+  // S^T): d64 +1-2%, d128 +2.5-5.5% (d128 spilled with dV under dS^T until dS^T went to shared
+  // memory through stmatrix). The stage then goes back after the handoff, which costs the
+  // deterministic mode up to 6% at d128 2k (its handoff can wait on the key-block order).
+  static constexpr bool kDqBeforeDk = !kSplitQueries;
   static constexpr int kScoreWarpgroups = kBlockN / 64;                      // along the keys
   static constexpr int kHeadDimSplits = kMmaWarpgroups / kScoreWarpgroups;  // of dK and dV
   static constexpr int kQuerySplits = kHeadDimSplits;                        // of S^T and dP^T
