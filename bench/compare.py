@@ -8,8 +8,8 @@
 same tensors in one process: PyTorch SDPA's cuDNN, FlashAttention-2 and memory-efficient backends
 always, FlashAttention-3 (`flash_attn_interface`) and FlashAttention-4 (`flash_attn.cute`) when
 importable. Problems: the standard sweep of docs/benchmarking.md (16k tokens, hidden 2048, seqlen
-512..16k, head dim 64/128/256, causal and not) plus GQA rows (64 query heads, 8 KV heads, d128,
-16k tokens) and varlen rows (16 heads, d128, random lengths in [seqlen/2, 3*seqlen/2] adding up to
+512..16k, head dim 64/96/128/192/256, causal and not) plus GQA rows (d128, 16k tokens, query / KV
+heads 64/8, 32/4 and 32/1) and varlen rows (16 heads, d128, random lengths in [seqlen/2, 3*seqlen/2] adding up to
 16k tokens, seqlen <= 8k), forward and backward, bf16 and fp16, and deterministic backward rows for
 the implementations that have one (hopattn, FA3, FA4). Forward and backward are timed with autograd
 on (inputs require grad), the backward as torch.autograd.grad of one retained forward output, GPU
@@ -20,7 +20,7 @@ atol. A hopattn mismatch is reported and not timed. The JSON follows docs/benchm
 
 `report` reads JSON files of one run (e.g. hopattn-bench --json plus bench/peers_sdpa.py --json, or
 one file of `run`) and writes NAME.md (TFLOP/s per implementation and hopattn/peer ratios per row,
-geomean per panel) and NAME-<direction>-<dtype>[-gqa|-varlen].png plots in the style of the
+geomean per panel) and NAME-<direction>-<dtype>[-gqaH-HKV|-varlen].png plots in the style of the
 FlashAttention papers (grouped bars per seqlen, one panel per head dim x causal).
 
 Nothing here imports torch or matplotlib at module level: the report part runs on any machine
@@ -50,8 +50,10 @@ IMPL_COLORS = {"hopattn": "#d62728", "fa3": "#1f77b4", "fa4": "#9467bd", "cudnn"
 SWEEP_TOKENS = 16384
 SWEEP_HIDDEN = 2048
 SWEEP_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
-SWEEP_HEADDIMS = (64, 128, 256)
-GQA_HEADS, GQA_HEADS_KV, GQA_HDIM = 64, 8, 128
+# d96 and d192 take hidden // d heads (21 and 10): the same 16k tokens, hidden rounded down.
+SWEEP_HEADDIMS = (64, 96, 128, 192, 256)
+# (query heads, KV heads) of the GQA rows at d128: a group of 8, 8 groups of 4, and MQA.
+GQA_SHAPES, GQA_HDIM = ((64, 8), (32, 4), (32, 1)), 128
 VARLEN_HEADS, VARLEN_HDIM = 16, 128
 
 
@@ -200,8 +202,8 @@ def figure_groups(by_key):
 def figure_name(name, group):
     direction, dtype, kind, (wl, wr) = group
     parts = [name, direction.replace(" ", "-"), dtype]
-    if kind:
-        parts.append(kind.split()[0])
+    if kind:  # 'varlen', or 'gqa64-8' for 'gqa 64/8'
+        parts.append(kind.replace(" ", "").replace("/", "-"))
     if (wl, wr) != (-1, -1):
         parts.append(f"window{wl}_{wr}")
     return "-".join(parts) + ".png"
@@ -379,9 +381,10 @@ def build_problems(a):
                     problems.append(Problem(dtype, hdim, causal, SWEEP_TOKENS // s, s, SWEEP_HIDDEN // hdim,
                                             SWEEP_HIDDEN // hdim))
         if "gqa" in a.extra and GQA_HDIM in a.hdims:
-            for causal in a.causal:
-                for s in a.seqlens:
-                    problems.append(Problem(dtype, GQA_HDIM, causal, SWEEP_TOKENS // s, s, GQA_HEADS, GQA_HEADS_KV))
+            for heads, heads_kv in GQA_SHAPES:
+                for causal in a.causal:
+                    for s in a.seqlens:
+                        problems.append(Problem(dtype, GQA_HDIM, causal, SWEEP_TOKENS // s, s, heads, heads_kv))
         if "varlen" in a.extra and VARLEN_HDIM in a.hdims:
             for causal in a.causal:
                 for s in a.seqlens:
@@ -744,7 +747,7 @@ def run_parser():
     parser.add_argument("--json", required=True, help="output JSON (docs/benchmarking.md schema)")
     parser.add_argument("--report-dir", help="also write the report (markdown + PNGs) there")
     parser.add_argument("--report-name", default=None, help="report file stem (default: the JSON's stem)")
-    parser.add_argument("--hdims", type=_ints, default=list(SWEEP_HEADDIMS), help="default 64,128,256")
+    parser.add_argument("--hdims", type=_ints, default=list(SWEEP_HEADDIMS), help="default 64,96,128,192,256")
     parser.add_argument("--seqlens", type=_ints, default=list(SWEEP_SEQLENS), help="default 512,...,16384")
     parser.add_argument("--causal", type=_causal, default=[False, True], help="yes, no or both (default)")
     parser.add_argument("--direction", type=_words(["fwd", "bwd"]), default=["fwd", "bwd"], help="fwd,bwd (default)")

@@ -80,7 +80,7 @@ def test_plots(tmp_path):
                           str(tmp_path), "--name", "canned"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     names = sorted(p.name for p in tmp_path.glob("*.png"))
-    assert names == ["canned-bwd-bf16.png", "canned-bwd-det-bf16.png", "canned-fwd-bf16-gqa.png",
+    assert names == ["canned-bwd-bf16.png", "canned-bwd-det-bf16.png", "canned-fwd-bf16-gqa64-8.png",
                      "canned-fwd-bf16-varlen.png", "canned-fwd-bf16.png"]
     for name in names:
         data = (tmp_path / name).read_bytes()
