@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-#include "api/problem.hpp"
+#include "kernels/common/problem.hpp"
 #include "hopattn/hopattn.hpp"
 
 namespace hopattn {

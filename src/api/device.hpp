@@ -2,6 +2,7 @@
 #pragma once
 
 #include "hopattn/hopattn.hpp"
+#include "kernels/common/device_limits.hpp"
 
 namespace hopattn {
 
@@ -10,12 +11,6 @@ namespace hopattn {
 // and backward: after a device has passed once, later calls on it cost one cudaGetDevice and an
 // atomic load. Safe to call from several host threads at once.
 Status check_current_device();
-
-// What launchers size persistent grids and L2-aware tile orders from.
-struct DeviceLimits {
-  int multiprocessors = 0;  // SMs
-  long long l2_bytes = 0;   // L2 cache size
-};
 
 // The limits of the current device. Expects check_current_device() to have succeeded on this
 // thread's current device (it then answers from the same cache, without runtime queries beyond

@@ -2,7 +2,7 @@
 // On success the arguments are normalised into a Problem plus row-tensor views.
 #pragma once
 
-#include "api/problem.hpp"
+#include "kernels/common/problem.hpp"
 #include "hopattn/hopattn.hpp"
 
 namespace hopattn {

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <limits>
 
+#include "reference/mask_definition.hpp"
+
 namespace hopattn::cpu_reference {
 namespace {
 

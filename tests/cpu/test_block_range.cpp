@@ -8,6 +8,7 @@
 
 #include "kernels/common/block_range.hpp"
 #include "kernels/common/mask.hpp"
+#include "reference/mask_definition.hpp"
 
 namespace hopattn {
 namespace {
@@ -28,6 +29,60 @@ TEST(Mask, WindowBoundsAreInclusive) {
   // seqlen_q = seqlen_k = 10: query 5 sees keys 3..6.
   for (int j = 0; j < 10; ++j) EXPECT_EQ(is_visible(window, 5, j, 10, 10), j >= 3 && j <= 6) << j;
   EXPECT_FALSE(is_visible(window, 5, 10, 10, 10));  // out of range
+}
+
+// The references' closed-form intervals (what the GPU oracle loops over) hold exactly the indices
+// the definition makes visible.
+TEST(Mask, ReferenceIntervalsMatchTheDefinition) {
+  const int bounds[] = {-1, 0, 1, 3, 7};
+  for (int left : bounds)
+    for (int right : bounds)
+      for (int seqlen_q : {1, 2, 5, 9})
+        for (int seqlen_k : {1, 3, 5, 11}) {
+          const BandMask mask{left, right};
+          for (int i = -1; i <= seqlen_q; ++i) {
+            const IndexInterval keys = visible_keys(mask, i, seqlen_q, seqlen_k);
+            for (int j = -1; j <= seqlen_k; ++j)
+              ASSERT_EQ(!keys.empty() && j >= keys.first && j <= keys.last, is_visible(mask, i, j, seqlen_q, seqlen_k))
+                  << "keys of query " << i << ": j=" << j << " mask(" << left << "," << right << ") sq=" << seqlen_q
+                  << " sk=" << seqlen_k;
+          }
+          for (int j = -1; j <= seqlen_k; ++j) {
+            const IndexInterval queries = visible_queries(mask, j, seqlen_q, seqlen_k);
+            for (int i = -1; i <= seqlen_q; ++i)
+              ASSERT_EQ(!queries.empty() && i >= queries.first && i <= queries.last,
+                        is_visible(mask, i, j, seqlen_q, seqlen_k))
+                  << "queries of key " << j << ": i=" << i << " mask(" << left << "," << right << ") sq=" << seqlen_q
+                  << " sk=" << seqlen_k;
+          }
+        }
+}
+
+// What both mainloops mask with: from the queries (forward) and from the keys (backward), a
+// position pair passes exactly when the definition makes it visible; padding rows see nothing.
+TEST(Mask, BandViewMatchesTheDefinition) {
+  const int bounds[] = {-1, 0, 1, 3, 7};
+  for (int left : bounds)
+    for (int right : bounds)
+      for (int seqlen_q : {1, 2, 5, 9})
+        for (int seqlen_k : {0, 1, 3, 5, 11}) {
+          const BandMask mask{left, right};
+          const BandView from_queries = BandView::from_queries(mask, seqlen_q, seqlen_k);
+          const BandView from_keys = BandView::from_keys(mask, seqlen_q, seqlen_k);
+          const auto sees = [](const BandView& view, long long outer, long long inner) {
+            return view.real_outer(outer) && inner >= view.lo(outer) && inner <= view.hi(outer);
+          };
+          for (int i = -2; i <= seqlen_q + 1; ++i)
+            for (int j = -2; j <= seqlen_k + 1; ++j) {
+              const bool visible = is_visible(mask, i, j, seqlen_q, seqlen_k);
+              ASSERT_EQ(sees(from_queries, i, j), visible)
+                  << "from queries: i=" << i << " j=" << j << " mask(" << left << "," << right << ") sq=" << seqlen_q
+                  << " sk=" << seqlen_k;
+              ASSERT_EQ(sees(from_keys, j, i), visible)
+                  << "from keys: i=" << i << " j=" << j << " mask(" << left << "," << right << ") sq=" << seqlen_q
+                  << " sk=" << seqlen_k;
+            }
+        }
 }
 
 struct RangeCase {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 #include <iterator>
+#include <limits>
+#include <utility>
 
 #include "testing/device_buffer.hpp"
 
@@ -102,6 +104,19 @@ std::vector<NamedCase> special_cases() {
   s.softmax_scale = 2.0f;
   s.causal = true;
   add("large_scale_causal", s);
+
+  // Windows as large as an int allows ("unbounded" spelled as INT_MAX): the band's edges must not
+  // overflow in the boundary blocks' element mask (the partial last key block here).
+  s = CaseSpec{};
+  s.head_dim = 128;
+  s.seqlen_q = 300;
+  s.seqlen_k = 203;
+  s.window_left = s.window_right = std::numeric_limits<int>::max();
+  add("int_max_windows_more_queries", s);
+  std::swap(s.seqlen_q, s.seqlen_k);
+  add("int_max_windows_more_keys", s);
+  s.window_right = -1;
+  add("int_max_window_left_more_keys", s);
 
   s = CaseSpec{};
   s.head_dim = 128;

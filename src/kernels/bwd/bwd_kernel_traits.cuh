@@ -12,6 +12,8 @@
 
 #include "kernels/bwd/bwd_tile_config.hpp"
 #include "kernels/bwd/bwd_workspace.hpp"
+#include "kernels/common/constants.hpp"
+#include "kernels/common/named_barriers.hpp"
 #include "kernels/common/register_split.hpp"
 #include "kernels/common/swizzle_atoms.cuh"
 
@@ -49,6 +51,7 @@ struct BackwardKernelTraits {
   static constexpr bool kReleaseStageBeforeDq = kStages == 1;
 
   static constexpr int kMmaWarpgroups = 2;
+  static_assert(kMmaWarpgroups <= kMaxBwdMmaWarpgroups, "BwdBarrier reserves ids for at most kMaxBwdMmaWarpgroups");
   // With 128 keys each warpgroup owns 64 of them. With 64 keys (d192/d256, where 64 keys per
   // warpgroup leave no registers for dK and dV) the warpgroups split the block's queries for
   // S^T / dP^T and the head dim for dK / dV; P^T and dS^T then reach the dV / dK GEMMs through
@@ -163,7 +166,7 @@ struct BackwardKernelTraits {
     typename Pipeline::SharedStorage pipeline;
   };
   static constexpr int kSharedBytes = sizeof(SharedStorage);
-  static_assert(kSharedBytes <= 227 * 1024, "shared storage exceeds the 227 KiB an sm_90 CTA can have");
+  static_assert(kSharedBytes <= kMaxSharedBytesPerCta, "shared storage exceeds what an sm_90 CTA can have");
 };
 
 }  // namespace hopattn

@@ -9,6 +9,7 @@
 #include "kernels/bwd/bwd_kernel_traits.cuh"
 #include "kernels/bwd/bwd_postprocess.cuh"
 #include "kernels/bwd/bwd_preprocess.cuh"
+#include "kernels/common/constants.hpp"
 #include "kernels/common/cutlass_element.hpp"
 #include "kernels/common/grid_dependency.cuh"
 #include "kernels/common/kernel_setup.cuh"
@@ -50,7 +51,7 @@ BackwardParams<Traits> make_backward_params(const Problem& p, const BackwardTens
   params.dk = t.dk;
   params.dv = t.dv;
   params.workspace = BackwardWorkspace::carve(workspace, p, Traits::kHeadDim);
-  params.scale_log2 = p.softmax_scale * 1.44269504088896340736f;
+  params.scale_log2 = p.softmax_scale * kLog2e;
   params.deterministic = deterministic;
   return params;
 }

@@ -18,7 +18,7 @@
 #include "kernels/common/accumulator_store.cuh"
 #include "kernels/common/fast_exp2.cuh"
 #include "kernels/common/grid_dependency.cuh"
-#include "kernels/common/mask.hpp"
+#include "kernels/common/mask_fragment.cuh"
 #include "kernels/common/mma_layouts.cuh"
 #include "kernels/common/named_barriers.hpp"
 #include "kernels/common/warpgroup_mma.cuh"
@@ -265,7 +265,6 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
     const BandMask mask = params.problem.mask;
     const float scale_log2 = params.scale_log2;
     const int first_key = t.n_block * Traits::kBlockN;
-    const long long shift = static_cast<long long>(t.seqlen_k) - t.seqlen_q;  // bottom-right alignment
     // dS^T = P^T * (dP^T - D), to the element type.
     auto compute_ds = [&](const float* dpsum) {
       CUTE_UNROLL
@@ -304,25 +303,9 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) tSrS(i) = fast_exp2(fmaf(tSrS(i), scale_log2, -lse_log2[get<1>(cS(i))]));
         // Boundary blocks only (a warp-uniform branch): hidden pairs get P = 0, and with it dS = 0.
-        // Key k sees the queries [k - shift - right, k - shift + left] below seqlen_q (none past
-        // seqlen_k): two bounds per key row, then two compares per entry.
         if (t.masked(m)) {
-          cute::Tensor p_rows = as_row_col(tSrS);
-          cute::Tensor c_rows = as_row_col(cS);
-          const int first_query = m * Traits::kBlockM;
-          CUTE_UNROLL
-          for (int r = 0; r < size<0>(p_rows); ++r) {
-            const long long key = first_key + get<0>(c_rows(r, 0));
-            const int q_lo = mask.right >= 0 ? static_cast<int>(max(key - shift - mask.right, 0LL)) : 0;
-            const int q_hi = key >= t.seqlen_k ? -1
-                             : mask.left >= 0 ? static_cast<int>(min(key - shift + mask.left, t.seqlen_q - 1LL))
-                                              : t.seqlen_q - 1;
-            CUTE_UNROLL
-            for (int c = 0; c < size<1>(p_rows); ++c) {
-              const int query = first_query + get<1>(c_rows(r, c));
-              if (query < q_lo || query > q_hi) p_rows(r, c) = 0.f;
-            }
-          }
+          const BandView view = BandView::from_keys(mask, t.seqlen_q, t.seqlen_k);
+          hide_invisible(as_row_col(tSrS), as_row_col(cS), view, first_key, m * Traits::kBlockM, 0.f);
         }
         auto issue_dq = [&] {
           issue_warpgroup_gemm</*kZeroInit=*/true>(mma_dq, tdQrdS(_, _, _, stage), tdQrKt, tdQrdQ);

@@ -4,7 +4,7 @@
 
 #include <cute/tensor.hpp>
 
-#include "api/problem.hpp"
+#include "kernels/common/problem.hpp"
 #include "kernels/bwd/bwd_workspace.hpp"
 #include "kernels/common/block_range.hpp"
 #include "kernels/common/tma_tensors.cuh"

@@ -11,6 +11,7 @@
 #include <cute/config.hpp>
 
 #include "kernels/bwd/bwd_params.cuh"
+#include "kernels/common/constants.hpp"
 #include "kernels/common/grid_dependency.cuh"
 
 namespace hopattn {
@@ -76,7 +77,7 @@ __global__ void __launch_bounds__(kPreprocessThreads) backward_preprocess_kernel
       const int r = pass * kRowsPerPass + threadIdx.x / kLanesPerRow;
       // Padding rows and rows that see no key (LSE = -inf) get +inf: their P is zero.
       ws.dpsum[first + r] = d;
-      ws.lse_log2[first + r] = l[pass] == -INFINITY ? INFINITY : l[pass] * 1.44269504088896340736f;
+      ws.lse_log2[first + r] = l[pass] == -INFINITY ? INFINITY : l[pass] * kLog2e;
     }
   }
 }

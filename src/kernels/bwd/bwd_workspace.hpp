@@ -17,7 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "api/problem.hpp"
+#include "kernels/common/problem.hpp"
 #include "kernels/common/host_device.hpp"
 
 namespace hopattn {

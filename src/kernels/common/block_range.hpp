@@ -40,15 +40,14 @@ HOPATTN_HOST_DEVICE RealRows real_rows(int outer_block, int outer_block_size, in
   return RealRows{max_ll(start, 0), min_ll(start + outer_block_size, outer_len) - 1};
 }
 
-// Inner blocks holding at least one position visible to a real row of `outer_block`.
-HOPATTN_HOST_DEVICE BlockRange visible_inner_blocks(BandMask mask, int outer_block, int outer_block_size,
-                                                    int outer_pad, int inner_block_size, int outer_len,
-                                                    int inner_len) {
-  const RealRows rows = real_rows(outer_block, outer_block_size, outer_pad, outer_len);
-  if (rows.first > rows.last || inner_len <= 0) return BlockRange{};
-  const long long shift = static_cast<long long>(inner_len) - outer_len;
-  const long long lo = mask.left >= 0 ? max_ll(0, rows.first + shift - mask.left) : 0;
-  const long long hi = mask.right >= 0 ? min_ll(inner_len - 1, rows.last + shift + mask.right) : inner_len - 1;
+// Inner blocks holding at least one position visible to a real row of `outer_block`: the band's
+// edges only grow with the row, so from the first real row's lo to the last real row's hi.
+HOPATTN_HOST_DEVICE BlockRange visible_inner_blocks(const BandView& view, int outer_block, int outer_block_size,
+                                                    int outer_pad, int inner_block_size) {
+  const RealRows rows = real_rows(outer_block, outer_block_size, outer_pad, view.outer_len);
+  if (rows.first > rows.last || view.inner_len <= 0) return BlockRange{};
+  const long long lo = view.lo(rows.first);
+  const long long hi = view.hi(rows.last);
   if (lo > hi) return BlockRange{};
   return BlockRange{static_cast<int>(lo / inner_block_size), static_cast<int>(hi / inner_block_size + 1)};
 }
@@ -57,20 +56,14 @@ HOPATTN_HOST_DEVICE BlockRange visible_inner_blocks(BandMask mask, int outer_blo
 // real row of `outer_block`: these run without the mask. When there are none the range is empty
 // and placed at the end of the visible range, so [visible.begin, unmasked.begin) and
 // [unmasked.end, visible.end) are always exactly the blocks that need masking.
-HOPATTN_HOST_DEVICE BlockRange unmasked_inner_blocks(BandMask mask, int outer_block, int outer_block_size,
-                                                     int outer_pad, int inner_block_size, int outer_len,
-                                                     int inner_len) {
-  const BlockRange visible =
-      visible_inner_blocks(mask, outer_block, outer_block_size, outer_pad, inner_block_size, outer_len, inner_len);
+HOPATTN_HOST_DEVICE BlockRange unmasked_inner_blocks(const BandView& view, int outer_block, int outer_block_size,
+                                                     int outer_pad, int inner_block_size) {
+  const BlockRange visible = visible_inner_blocks(view, outer_block, outer_block_size, outer_pad, inner_block_size);
   if (visible.empty()) return visible;
-  const RealRows rows = real_rows(outer_block, outer_block_size, outer_pad, outer_len);
-  const long long shift = static_cast<long long>(inner_len) - outer_len;
-  // The block must start at or after the last row's left edge and end by the first row's right
-  // edge, and must not reach past inner_len.
-  const long long lo = mask.left >= 0 ? max_ll(0, rows.last + shift - mask.left) : 0;
-  const long long hi_exclusive = mask.right >= 0 ? min_ll(inner_len, rows.first + shift + mask.right + 1) : inner_len;
-  const long long begin = ceil_div(lo, inner_block_size);
-  const long long end = floor_div(hi_exclusive, inner_block_size);
+  const RealRows rows = real_rows(outer_block, outer_block_size, outer_pad, view.outer_len);
+  // The block must start at or after the last row's lo and end by the first row's hi.
+  const long long begin = ceil_div(view.lo(rows.last), inner_block_size);
+  const long long end = floor_div(view.hi(rows.first) + 1, inner_block_size);
   if (begin >= end) return BlockRange{visible.end, visible.end};
   return BlockRange{static_cast<int>(begin), static_cast<int>(end)};
 }
@@ -90,25 +83,25 @@ HOPATTN_HOST_DEVICE int query_block_pad(BandMask mask, int block_m, int seqlen_q
 // pad) must visit.
 HOPATTN_HOST_DEVICE BlockRange n_block_range(BandMask mask, int m_block, int block_m, int block_n, int seqlen_q,
                                              int seqlen_k, int pad = 0) {
-  return detail::visible_inner_blocks(mask, m_block, block_m, pad, block_n, seqlen_q, seqlen_k);
+  return detail::visible_inner_blocks(BandView::from_queries(mask, seqlen_q, seqlen_k), m_block, block_m, pad, block_n);
 }
 
 // Forward: the key blocks of n_block_range that need no masking.
 HOPATTN_HOST_DEVICE BlockRange n_block_range_unmasked(BandMask mask, int m_block, int block_m, int block_n,
                                                       int seqlen_q, int seqlen_k, int pad = 0) {
-  return detail::unmasked_inner_blocks(mask, m_block, block_m, pad, block_n, seqlen_q, seqlen_k);
+  return detail::unmasked_inner_blocks(BandView::from_queries(mask, seqlen_q, seqlen_k), m_block, block_m, pad, block_n);
 }
 
 // Backward: query blocks (kBlockM) that key block n_block (kBlockN keys) must visit.
 HOPATTN_HOST_DEVICE BlockRange m_block_range(BandMask mask, int n_block, int block_m, int block_n, int seqlen_q,
                                              int seqlen_k) {
-  return detail::visible_inner_blocks(mask.transposed(), n_block, block_n, 0, block_m, seqlen_k, seqlen_q);
+  return detail::visible_inner_blocks(BandView::from_keys(mask, seqlen_q, seqlen_k), n_block, block_n, 0, block_m);
 }
 
 // Backward: the query blocks of m_block_range that need no masking.
 HOPATTN_HOST_DEVICE BlockRange m_block_range_unmasked(BandMask mask, int n_block, int block_m, int block_n,
                                                       int seqlen_q, int seqlen_k) {
-  return detail::unmasked_inner_blocks(mask.transposed(), n_block, block_n, 0, block_m, seqlen_k, seqlen_q);
+  return detail::unmasked_inner_blocks(BandView::from_keys(mask, seqlen_q, seqlen_k), n_block, block_n, 0, block_m);
 }
 
 }  // namespace hopattn

@@ -23,13 +23,37 @@ struct BandMask {
   HOPATTN_HOST_DEVICE BandMask transposed() const { return BandMask{right, left}; }
 };
 
-// Whether key j (of seqlen_k) is visible to query i (of seqlen_q). Out-of-range indices are hidden.
-HOPATTN_HOST_DEVICE bool is_visible(BandMask mask, long long i, long long j, long long seqlen_q, long long seqlen_k) {
-  if (i < 0 || i >= seqlen_q || j < 0 || j >= seqlen_k) return false;
-  const long long diagonal = i + seqlen_k - seqlen_q;
-  if (mask.left >= 0 && j < diagonal - mask.left) return false;
-  if (mask.right >= 0 && j > diagonal + mask.right) return false;
-  return true;
-}
+// The band seen from one axis of a tile: "outer" positions (a tile's rows) and the "inner"
+// positions (its columns) each of them sees. The forward looks from the queries, the backward
+// (whose score tiles are S^T) from the keys through the transposed band; tile ranges
+// (block_range.hpp) and the element masks of both mainloops (mask_fragment.cuh) all come from
+// lo/hi below, so a change to the mask is made here once.
+struct BandView {
+  BandMask band;  // in this view's orientation
+  int outer_len = 0;
+  int inner_len = 0;
+
+  HOPATTN_HOST_DEVICE static BandView from_queries(BandMask mask, int seqlen_q, int seqlen_k) {
+    return BandView{mask, seqlen_q, seqlen_k};
+  }
+  HOPATTN_HOST_DEVICE static BandView from_keys(BandMask mask, int seqlen_q, int seqlen_k) {
+    return BandView{mask.transposed(), seqlen_k, seqlen_q};
+  }
+
+  // Bottom-right alignment: the diagonal of outer position o is inner position o + shift.
+  HOPATTN_HOST_DEVICE long long shift() const { return static_cast<long long>(inner_len) - outer_len; }
+  HOPATTN_HOST_DEVICE bool real_outer(long long outer) const { return outer >= 0 && outer < outer_len; }
+  // The band's edges for outer position `outer`, unclipped (meaningful where that side is bounded).
+  HOPATTN_HOST_DEVICE long long left_edge(long long outer) const { return outer + shift() - band.left; }
+  HOPATTN_HOST_DEVICE long long right_edge(long long outer) const { return outer + shift() + band.right; }
+  // The first and last inner position the band lets outer position `outer` see, within
+  // [0, inner_len) (empty when lo > hi). Both only grow with `outer`.
+  HOPATTN_HOST_DEVICE long long lo(long long outer) const {
+    return band.left >= 0 && left_edge(outer) > 0 ? left_edge(outer) : 0;
+  }
+  HOPATTN_HOST_DEVICE long long hi(long long outer) const {
+    return band.right >= 0 && right_edge(outer) < inner_len - 1 ? right_edge(outer) : inner_len - 1LL;
+  }
+};
 
 }  // namespace hopattn

@@ -20,8 +20,17 @@ enum class BwdBarrier : uint32_t {
 };
 
 inline constexpr int kMaxConsumerWarpgroups = 3;
-static_assert(static_cast<uint32_t>(FwdBarrier::kWarpScheduler0) + kMaxConsumerWarpgroups <= 8,
-              "CUTLASS leaves 8 named barriers to kernels");
+inline constexpr int kMaxBwdMmaWarpgroups = 2;
+inline constexpr uint32_t kKernelNamedBarriers = 8;  // what CUTLASS leaves to kernels
+
+static_assert(static_cast<uint32_t>(FwdBarrier::kWarpScheduler0) + kMaxConsumerWarpgroups <= kKernelNamedBarriers,
+              "the forward's per-warpgroup barriers run past the named barriers kernels have");
+static_assert(static_cast<uint32_t>(BwdBarrier::kDqFull0) + kMaxBwdMmaWarpgroups <=
+                      static_cast<uint32_t>(BwdBarrier::kDqEmpty0) &&
+                  static_cast<uint32_t>(BwdBarrier::kDqEmpty0) + kMaxBwdMmaWarpgroups <=
+                      static_cast<uint32_t>(BwdBarrier::kScoresPublished) &&
+                  static_cast<uint32_t>(BwdBarrier::kScoresPublished) < kKernelNamedBarriers,
+              "the backward's per-warpgroup barrier ranges overlap or run past the named barriers kernels have");
 
 CUTLASS_DEVICE uint32_t barrier_id(FwdBarrier base, int offset = 0) {
   return static_cast<uint32_t>(base) + static_cast<uint32_t>(offset);

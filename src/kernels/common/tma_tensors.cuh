@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <initializer_list>
 
-#include "api/problem.hpp"
+#include "kernels/common/problem.hpp"
 
 namespace hopattn {
 

@@ -6,8 +6,8 @@
 
 #include <cstddef>
 
-#include "api/device.hpp"
-#include "api/problem.hpp"
+#include "kernels/common/device_limits.hpp"
+#include "kernels/common/problem.hpp"
 
 namespace hopattn {
 

@@ -7,6 +7,7 @@
 #include <cutlass/numeric_types.h>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
+#include "kernels/common/constants.hpp"
 #include "kernels/common/named_barriers.hpp"
 #include "kernels/common/register_split.hpp"
 #include "kernels/common/swizzle_atoms.cuh"
@@ -98,7 +99,7 @@ struct ForwardKernelTraits {
     typename Pipeline::SharedStorage pipeline_v;
   };
   static constexpr int kSharedBytes = sizeof(SharedStorage);
-  static_assert(kSharedBytes <= 227 * 1024, "shared storage exceeds the 227 KiB an sm_90 CTA can have");
+  static_assert(kSharedBytes <= kMaxSharedBytesPerCta, "shared storage exceeds what an sm_90 CTA can have");
 };
 
 }  // namespace hopattn

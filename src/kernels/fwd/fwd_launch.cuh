@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "kernels/common/constants.hpp"
 #include "kernels/common/cutlass_element.hpp"
 #include "kernels/common/grid_dependency.cuh"
 #include "kernels/common/kernel_setup.cuh"
@@ -91,7 +92,7 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   params.problem = p;
   params.o = t.o;
   params.lse = t.lse;
-  params.scale_log2 = p.softmax_scale * 1.44269504088896340736f;
+  params.scale_log2 = p.softmax_scale * kLog2e;
   const int num_m_blocks = (p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   // Without a mask every tile has the same length and only L2 reuse matters: one KV head per
   // section, so the m_blocks of a head run side by side and a round of the grid reads the K/V of a

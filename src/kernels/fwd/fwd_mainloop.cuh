@@ -17,6 +17,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
+#include "kernels/common/mask_fragment.cuh"
 #include "kernels/common/mma_layouts.cuh"
 #include "kernels/common/named_barriers.hpp"
 #include "kernels/common/warpgroup_mma.cuh"
@@ -268,20 +269,8 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
       for (int i = 0; i < size(s); ++i) s(i) *= params.scale_log2;
     }
     if (n_block >= t.unmasked.begin && n_block < t.unmasked.end) return;
-    const int shift = t.seqlen_k - t.seqlen_q;
-    CUTE_UNROLL
-    for (int r = 0; r < size<0>(s); ++r) {
-      const int row = t.first_row + get<0>(tScS(r, 0));
-      const int first_col = n_block * Traits::kBlockN;
-      const int lo = mask.left >= 0 ? row + shift - mask.left - first_col : INT_MIN;
-      const int hi_right = mask.right >= 0 ? row + shift + mask.right + 1 : t.seqlen_k;
-      const int hi = (hi_right < t.seqlen_k ? hi_right : t.seqlen_k) - first_col;
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(s); ++c) {
-        const int col = get<1>(tScS(r, c));
-        if (col < lo || col >= hi) s(r, c) = -INFINITY;
-      }
-    }
+    const BandView view = BandView::from_queries(mask, t.seqlen_q, t.seqlen_k);
+    hide_invisible(s, tScS, view, t.first_row, n_block * Traits::kBlockN, -INFINITY);
   };
 
   // Declared once for all tiles, and tiles without keys leave the loop body early: this form

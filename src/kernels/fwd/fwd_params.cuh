@@ -5,7 +5,7 @@
 
 #include <cute/tensor.hpp>
 
-#include "api/problem.hpp"
+#include "kernels/common/problem.hpp"
 #include "kernels/common/tile_scheduler.hpp"
 #include "kernels/common/tma_tensors.cuh"
 

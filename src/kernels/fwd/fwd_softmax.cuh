@@ -12,6 +12,7 @@
 
 #include <cmath>
 
+#include "kernels/common/constants.hpp"
 #include "kernels/common/fast_exp2.cuh"
 
 namespace hopattn {
@@ -89,7 +90,7 @@ struct OnlineSoftmax {
     for (int r = 0; r < kRows; ++r) {
       const float sum = quad_allreduce(row_sum[r], [](float a, float b) { return a + b; });
       inv_sum[r] = sum == 0.f ? 0.f : 1.f / sum;
-      lse[r] = sum == 0.f ? -INFINITY : (row_max[r] * factor + log2f(sum)) * 0.69314718055994530942f;
+      lse[r] = sum == 0.f ? -INFINITY : (row_max[r] * factor + log2f(sum)) * kLn2;
     }
   }
 };

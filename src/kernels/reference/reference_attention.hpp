@@ -7,7 +7,7 @@
 
 #include <cstddef>
 
-#include "api/problem.hpp"
+#include "kernels/common/problem.hpp"
 
 namespace hopattn {
 

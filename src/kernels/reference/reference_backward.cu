@@ -62,10 +62,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_dq_kernel(const Ba
     const Acc lse = *row_pointer<const float>(t.lse, q_at, head);
     const int seqlen_q = p.queries.sequence(b).length;
     const int seqlen_k = p.keys.sequence(b).length;
-    const BlockRange keys = n_block_range(p.mask, q_at.index, 1, 1, seqlen_q, seqlen_k);
+    const IndexInterval keys = visible_keys(p.mask, q_at.index, seqlen_q, seqlen_k);
     WarpRow<Acc> dq;
     dq.zero();
-    for (int j = keys.begin; j < keys.end; ++j) {
+    for (long long j = keys.first; j <= keys.last; ++j) {
       const RowLocation k_at = at_position(p.keys, b, j);
       const T* k = row_pointer<const T>(t.k, k_at, head_kv);
       const T* v = row_pointer<const T>(t.v, k_at, head_kv);
@@ -88,13 +88,13 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_dkdv_kernel(const 
     const T* v = row_pointer<const T>(t.v, k_at, head_kv);
     const int seqlen_q = p.queries.sequence(b).length;
     const int seqlen_k = p.keys.sequence(b).length;
-    const BlockRange queries = m_block_range(p.mask, k_at.index, 1, 1, seqlen_q, seqlen_k);
+    const IndexInterval queries = visible_queries(p.mask, k_at.index, seqlen_q, seqlen_k);
 
     WarpRow<Acc> dk, dv;
     dk.zero();
     dv.zero();
     for (int head = head_kv * group; head < (head_kv + 1) * group; ++head) {
-      for (int i = queries.begin; i < queries.end; ++i) {
+      for (long long i = queries.first; i <= queries.last; ++i) {
         const RowLocation q_at = at_position(p.queries, b, i);
         WarpRow<Acc> q, dout;
         q.load(row_pointer<const T>(t.q, q_at, head), p.head_dim, lane);

@@ -7,11 +7,10 @@
 
 #include <type_traits>
 
-#include "api/problem.hpp"
-#include "kernels/common/block_range.hpp"
-#include "kernels/common/mask.hpp"
+#include "kernels/common/problem.hpp"
 #include "kernels/common/seqlen.hpp"
 #include "kernels/reference/reference_attention.hpp"
+#include "reference/mask_definition.hpp"
 
 namespace hopattn::reference_detail {
 

@@ -23,7 +23,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_forward_kernel(con
     const int head_kv = head / (p.heads / p.heads_kv);
     const int seqlen_q = p.queries.sequence(b).length;
     const int seqlen_k = p.keys.sequence(b).length;
-    const BlockRange keys = n_block_range(p.mask, q_at.index, 1, 1, seqlen_q, seqlen_k);
+    const IndexInterval keys = visible_keys(p.mask, q_at.index, seqlen_q, seqlen_k);
 
     WarpRow<Acc> q;
     q.load(row_pointer<const T>(params.tensors.q, q_at, head), p.head_dim, lane);
@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_forward_kernel(con
 
     Acc row_max = -INFINITY;
     Acc row_sum = 0;
-    for (int j = keys.begin; j < keys.end; ++j) {
+    for (long long j = keys.first; j <= keys.last; ++j) {
       const Acc s = score(j);
       const Acc new_max = s > row_max ? s : row_max;
       row_sum = row_sum * exp(row_max - new_max) + exp(s - new_max);
@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_forward_kernel(con
 
     WarpRow<Acc> o;
     o.zero();
-    for (int j = keys.begin; j < keys.end; ++j) {
+    for (long long j = keys.first; j <= keys.last; ++j) {
       const Acc prob = maybe_round<T>(exp(score(j) - lse), params.round_to_input);
       o.axpy(prob, row_pointer<const T>(params.tensors.v, at_position(p.keys, b, j), head_kv), p.head_dim, lane);
     }

@@ -1,4 +1,5 @@
-// The validated, normalised description of one attention call that launchers work from.
+// The validated, normalised description of one attention call: what the API layer hands the
+// launchers. Lives beside the kernels so that the dependency runs one way (api -> kernels).
 #pragma once
 
 #include <cstdint>
