@@ -28,11 +28,13 @@ double dot(const double* a, const double* b, int n) {
   return sum;
 }
 
-// One query row's scores and probabilities over the keys of its sequence.
+// One query row's scores and probabilities over the keys of its sequence (and its sink).
 struct RowSoftmax {
   std::vector<int> keys;     // visible keys, in order
+  std::vector<double> score; // S for each visible key (after the cap)
   std::vector<double> prob;  // P for each visible key
   double lse = -kInf;
+  double sink_prob = 0;      // exp(sink - LSE): the share the sink takes
 };
 
 RowSoftmax row_softmax(const HostProblem& p, const std::vector<double>& q, const std::vector<double>& k, Rounding r,
@@ -40,21 +42,24 @@ RowSoftmax row_softmax(const HostProblem& p, const std::vector<double>& q, const
   const Packed pq{p.heads, p.head_dim}, pk{p.heads_kv, p.head_dim};
   const int head_kv = head / (p.heads / p.heads_kv);
   RowSoftmax row;
-  std::vector<double> scores;
-  double max_score = -kInf;
+  const bool has_sink = !p.sinks.empty();
+  const double sink = has_sink ? p.sinks[head] : -kInf;
+  double max_score = sink;
   for (int j = 0; j < seqlen_k; ++j) {
     if (!is_visible(p.mask, i, j, seqlen_q, seqlen_k)) continue;
     const double qk = round_to(r, dot(&q[pq.at(q_row, head)], &k[pk.at(k_offset + j, head_kv)], p.head_dim));
-    const double s = round_to(r, qk * p.softmax_scale);
+    double s = round_to(r, qk * p.softmax_scale);
+    if (p.softcap > 0) s = round_to(r, p.softcap * std::tanh(s / p.softcap));
     row.keys.push_back(j);
-    scores.push_back(s);
+    row.score.push_back(s);
     max_score = std::fmax(max_score, s);
   }
-  if (row.keys.empty()) return row;
-  double sum = 0;
-  for (double s : scores) sum += std::exp(s - max_score);
+  if (max_score == -kInf) return row;  // no key and no (finite) sink: LSE -inf, O = 0
+  double sum = has_sink ? std::exp(sink - max_score) : 0;
+  for (double s : row.score) sum += std::exp(s - max_score);
   row.lse = max_score + std::log(sum);
-  for (double s : scores) row.prob.push_back(round_to(r, std::exp(s - row.lse)));
+  for (double s : row.score) row.prob.push_back(round_to(r, std::exp(s - row.lse)));
+  if (has_sink) row.sink_prob = std::exp(sink - row.lse);
   return row;
 }
 
@@ -99,9 +104,9 @@ double round_to(Rounding rounding, double x) {
 
 ForwardResult forward(const HostProblem& p, const std::vector<double>& q, const std::vector<double>& k,
                       const std::vector<double>& v, Rounding r) {
-  const Packed pq{p.heads, p.head_dim}, pk{p.heads_kv, p.head_dim};
+  const Packed po{p.heads, p.value_dim()}, pv{p.heads_kv, p.value_dim()};
   ForwardResult out;
-  out.o.assign(static_cast<size_t>(p.total_q() * p.heads * p.head_dim), kNaN);
+  out.o.assign(static_cast<size_t>(p.total_q() * p.heads * p.value_dim()), kNaN);
   out.lse.assign(static_cast<size_t>(p.heads * p.total_q()), kNaN);
   const SequenceLayout queries = p.queries(), keys = p.keys();
   for (int b = 0; b < p.batch(); ++b) {
@@ -111,10 +116,10 @@ ForwardResult forward(const HostProblem& p, const std::vector<double>& q, const 
       for (int i = 0; i < sq.length; ++i) {
         const int64_t row = sq.offset + i;
         const RowSoftmax sm = row_softmax(p, q, k, r, row, h, sk.offset, i, sq.length, sk.length);
-        double* o = &out.o[pq.at(row, h)];
-        for (int d = 0; d < p.head_dim; ++d) {
+        double* o = &out.o[po.at(row, h)];
+        for (int d = 0; d < p.value_dim(); ++d) {
           double acc = 0;
-          for (size_t n = 0; n < sm.keys.size(); ++n) acc += sm.prob[n] * v[pk.at(sk.offset + sm.keys[n], head_kv) + d];
+          for (size_t n = 0; n < sm.keys.size(); ++n) acc += sm.prob[n] * v[pv.at(sk.offset + sm.keys[n], head_kv) + d];
           o[d] = round_to(r, acc);
         }
         out.lse[h * p.total_q() + row] = sm.lse;
@@ -127,11 +132,13 @@ ForwardResult forward(const HostProblem& p, const std::vector<double>& q, const 
 BackwardResult backward(const HostProblem& p, const std::vector<double>& q, const std::vector<double>& k,
                         const std::vector<double>& v, const std::vector<double>& dout, Rounding r) {
   const Packed pq{p.heads, p.head_dim}, pk{p.heads_kv, p.head_dim};
+  const Packed po{p.heads, p.value_dim()}, pv{p.heads_kv, p.value_dim()};
   const ForwardResult fwd = forward(p, q, k, v, r);
   BackwardResult out;
   out.dq.assign(q.size(), kNaN);
   out.dk.assign(k.size(), kNaN);
   out.dv.assign(v.size(), kNaN);
+  if (!p.sinks.empty()) out.dsink.assign(p.sinks.size(), 0.0);
   const SequenceLayout queries = p.queries(), keys = p.keys();
   std::vector<double> dk_acc, dv_acc, dq_acc(p.head_dim);
   for (int b = 0; b < p.batch(); ++b) {
@@ -144,18 +151,26 @@ BackwardResult backward(const HostProblem& p, const std::vector<double>& q, cons
         const int64_t row = sq.offset + i;
         const RowSoftmax sm = row_softmax(p, q, k, r, row, h, sk.offset, i, sq.length, sk.length);
         const double* qi = &q[pq.at(row, h)];
-        const double* doi = &dout[pq.at(row, h)];
-        const double row_dot = dot(doi, &fwd.o[pq.at(row, h)], p.head_dim);
+        const double* doi = &dout[po.at(row, h)];
+        const double row_dot = dot(doi, &fwd.o[po.at(row, h)], p.value_dim());
+        // The sink has no value: its share only shrinks O, d LSE / d sink = sink_prob.
+        if (!p.sinks.empty()) out.dsink[h] -= sm.sink_prob * row_dot;
         std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
         for (size_t n = 0; n < sm.keys.size(); ++n) {
           const int64_t key_at = pk.at(sk.offset + sm.keys[n], head_kv);
-          const double dprob = round_to(r, dot(doi, &v[key_at], p.head_dim));
-          const double dscore = round_to(r, sm.prob[n] * (dprob - row_dot));
+          const int64_t value_at = pv.at(sk.offset + sm.keys[n], head_kv);
+          const double dprob = round_to(r, dot(doi, &v[value_at], p.value_dim()));
+          double dscore = round_to(r, sm.prob[n] * (dprob - row_dot));
+          // Through the cap: d(c tanh(x / c)) / dx = 1 - (S / c)^2.
+          if (p.softcap > 0) {
+            const double t = sm.score[n] / p.softcap;
+            dscore = round_to(r, dscore * (1 - t * t));
+          }
           for (int d = 0; d < p.head_dim; ++d) {
             dq_acc[d] += dscore * k[key_at + d];
             dk_acc[key_at + d] += dscore * qi[d];
-            dv_acc[key_at + d] += sm.prob[n] * doi[d];
           }
+          for (int d = 0; d < p.value_dim(); ++d) dv_acc[value_at + d] += sm.prob[n] * doi[d];
         }
         for (int d = 0; d < p.head_dim; ++d) out.dq[pq.at(row, h) + d] = round_to(r, dq_acc[d] * p.softmax_scale);
       }
@@ -163,6 +178,9 @@ BackwardResult backward(const HostProblem& p, const std::vector<double>& q, cons
     // Only the real key rows of this sequence get gradients; rows past seqused stay NaN (untouched).
     for (int64_t e = sk.offset * p.heads_kv * p.head_dim; e < (sk.offset + sk.length) * p.heads_kv * p.head_dim; ++e) {
       out.dk[e] = round_to(r, dk_acc[e] * p.softmax_scale);
+    }
+    for (int64_t e = sk.offset * p.heads_kv * p.value_dim(); e < (sk.offset + sk.length) * p.heads_kv * p.value_dim();
+         ++e) {
       out.dv[e] = round_to(r, dv_acc[e]);
     }
   }

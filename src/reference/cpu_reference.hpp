@@ -1,10 +1,17 @@
 // The float64 CPU reference: attention computed straight from its definition, for every feature
-// (masks, GQA, varlen, seqused). It is the ground truth of the test suite.
+// (masks, GQA, varlen, seqused) and for the score and shape features the kernels are getting
+// (softcap, attention sinks, a value head dim of its own). It is the ground truth of the test suite.
 //
-// Tensors are host vectors in the packed layout: Q/O/dQ (total_q, heads, head_dim), K/V/dK/dV
-// (total_k, heads_kv, head_dim), LSE (heads, total_q). A fixed-length batch is the varlen batch
-// with cu_seqlens = {0, s, 2s, ...}. Rows that are not real (past seqused) come back as NaN: an
-// implementation must leave them untouched.
+// Tensors are host vectors in the packed layout: Q/dQ (total_q, heads, head_dim), K/dK (total_k,
+// heads_kv, head_dim), V/dV (total_k, heads_kv, value_dim), O/dO (total_q, heads, value_dim), LSE
+// (heads, total_q). A fixed-length batch is the varlen batch with cu_seqlens = {0, s, 2s, ...}.
+// Rows that are not real (past seqused) come back as NaN: an implementation must leave them
+// untouched.
+//
+// With softcap c > 0 the score of a visible pair is S = c * tanh(softmax_scale * q.k / c) (Gemma 2);
+// with sinks, query head h's softmax has one more term exp(sinks[h]) in its denominator, a logit
+// that no key and no value belongs to (gpt-oss): LSE = log(sum_j exp(S_j) + exp(sink)), so a row
+// that sees no key gets LSE = sink and O = 0.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +33,11 @@ struct HostProblem {
   std::vector<int32_t> seqused_k;     // empty or batch
   double softmax_scale = 1.0;
   BandMask mask;
+  int head_dim_v = 0;          // of V, O, dO and dV; 0: head_dim
+  double softcap = 0;          // > 0: scores are capped (see above)
+  std::vector<double> sinks;   // empty, or one logit per query head (see above)
 
+  int value_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
   int batch() const { return static_cast<int>(cu_seqlens_q.size()) - 1; }
   int64_t total_q() const { return cu_seqlens_q.back(); }
   int64_t total_k() const { return cu_seqlens_k.back(); }
@@ -52,6 +63,7 @@ struct ForwardResult {
 
 struct BackwardResult {
   std::vector<double> dq, dk, dv;
+  std::vector<double> dsink;  // with sinks: the gradient of each query head's sink (summed over rows)
 };
 
 ForwardResult forward(const HostProblem& p, const std::vector<double>& q, const std::vector<double>& k,

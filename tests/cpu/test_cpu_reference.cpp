@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -11,6 +12,8 @@
 
 namespace hopattn::cpu_reference {
 namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 std::vector<double> random_values(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -185,11 +188,14 @@ TEST(CpuReference, SequsedRowsAreRealAndTheRestUntouched) {
   EXPECT_TRUE(std::isnan(r.lse[5]));
 }
 
-// Gradients of L = sum(O * G) against central finite differences.
+// Gradients of L = sum(O * G) against central finite differences, for q, k, v and the sinks.
 struct GradCase {
   const char* name;
   int batch, seqlen_q, seqlen_k, heads, heads_kv;
   BandMask mask;
+  double softcap = 0;
+  bool sinks = false;
+  int head_dim_v = 0;
 };
 
 class CpuReferenceGradients : public ::testing::TestWithParam<GradCase> {};
@@ -198,10 +204,15 @@ TEST_P(CpuReferenceGradients, MatchFiniteDifferences) {
   const GradCase c = GetParam();
   const int d = 8;
   HostProblem p = fixed_length_problem(c.batch, c.seqlen_q, c.seqlen_k, c.heads, c.heads_kv, d, 0.35, c.mask);
+  p.softcap = c.softcap;
+  p.head_dim_v = c.head_dim_v;
+  if (c.sinks) p.sinks = random_values(size_t(c.heads), 44);
+  const size_t o_size = size_t(p.total_q() * p.heads * p.value_dim());
   std::vector<double> q = random_values(q_size(p), 40), k = random_values(k_size(p), 41);
-  std::vector<double> v = random_values(k_size(p), 42);
-  const auto dout = random_values(q_size(p), 43);
+  std::vector<double> v = random_values(size_t(p.total_k() * p.heads_kv * p.value_dim()), 42);
+  const auto dout = random_values(o_size, 43);
   const BackwardResult g = backward(p, q, k, v, dout);
+  ASSERT_EQ(g.dsink.size(), p.sinks.size());
   auto loss = [&] {
     const ForwardResult r = forward(p, q, k, v);
     double l = 0;
@@ -210,7 +221,9 @@ TEST_P(CpuReferenceGradients, MatchFiniteDifferences) {
   };
   const double h = 1e-5;
   std::mt19937 rng(7);
-  for (auto [tensor, grad, name] : {std::tuple{&q, &g.dq, "dq"}, {&k, &g.dk, "dk"}, {&v, &g.dv, "dv"}}) {
+  for (auto [tensor, grad, name] :
+       {std::tuple{&q, &g.dq, "dq"}, {&k, &g.dk, "dk"}, {&v, &g.dv, "dv"}, {&p.sinks, &g.dsink, "dsink"}}) {
+    if (tensor->empty()) continue;
     for (int sample = 0; sample < 24; ++sample) {
       const size_t e = std::uniform_int_distribution<size_t>(0, tensor->size() - 1)(rng);
       const double saved = (*tensor)[e];
@@ -230,8 +243,70 @@ INSTANTIATE_TEST_SUITE_P(
                       GradCase{"causal_more_keys", 1, 5, 9, 2, 1, BandMask::from_args(true, -1, -1)},
                       GradCase{"causal_more_queries", 1, 9, 4, 2, 2, BandMask::from_args(true, -1, -1)},
                       GradCase{"window", 2, 8, 8, 4, 2, BandMask{2, 1}},
-                      GradCase{"gqa_local", 1, 6, 10, 4, 1, BandMask::from_args(true, 3, -1)}),
+                      GradCase{"gqa_local", 1, 6, 10, 4, 1, BandMask::from_args(true, 3, -1)},
+                      GradCase{"softcap", 2, 5, 7, 2, 1, BandMask{}, 1.5},
+                      GradCase{"sinks_window", 1, 8, 8, 4, 2, BandMask{2, 0}, 0, true},
+                      GradCase{"sinks_causal_more_queries", 1, 9, 4, 2, 2, BandMask::from_args(true, -1, -1), 0, true},
+                      GradCase{"value_dim_4", 2, 5, 7, 4, 2, BandMask::from_args(true, -1, -1), 0, false, 4},
+                      GradCase{"all_features", 1, 6, 10, 4, 1, BandMask::from_args(true, 3, -1), 2.0, true, 16}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// The new features against what they must reduce to: a cap far above every score, sinks of -inf
+// and a value dim equal to head_dim change nothing; a row that sees no key takes LSE = sink, O = 0.
+TEST(CpuReference, SoftcapSinksAndValueDimReduceToPlainAttention) {
+  HostProblem p = fixed_length_problem(1, 9, 4, 2, 1, 8, 0.3, BandMask::from_args(true, -1, -1));
+  const auto q = random_values(q_size(p), 50), k = random_values(k_size(p), 51), v = random_values(k_size(p), 52);
+  const ForwardResult plain = forward(p, q, k, v);
+  HostProblem capped = p;
+  capped.softcap = 1e7;
+  HostProblem no_sinks = p;
+  no_sinks.sinks = {-kInf, -kInf};
+  HostProblem same_dim = p;
+  same_dim.head_dim_v = 8;
+  for (const HostProblem* variant : {&capped, &no_sinks, &same_dim}) {
+    const ForwardResult r = forward(*variant, q, k, v);
+    for (size_t e = 0; e < r.o.size(); ++e) {
+      if (std::isnan(plain.o[e])) continue;
+      EXPECT_NEAR(r.o[e], plain.o[e], 1e-9) << e;
+    }
+    for (size_t e = 0; e < r.lse.size(); ++e) {
+      if (std::isinf(plain.lse[e])) {
+        EXPECT_EQ(r.lse[e], plain.lse[e]) << e;
+      } else {
+        EXPECT_NEAR(r.lse[e], plain.lse[e], 1e-9) << e;
+      }
+    }
+  }
+  HostProblem with_sinks = p;
+  with_sinks.sinks = {0.5, -2.0};
+  const ForwardResult r = forward(with_sinks, q, k, v);
+  // seqlen_q 9 > seqlen_k 4 under causal: queries 0..4 see no key.
+  for (int h = 0; h < 2; ++h) {
+    EXPECT_EQ(r.lse[size_t(h) * 9], with_sinks.sinks[h]);
+    for (int d = 0; d < 8; ++d) EXPECT_EQ(r.o[(size_t(0) * 2 + h) * 8 + d], 0.0);
+  }
+  // A row that sees keys: LSE grows by exactly the sink's term.
+  const size_t last = 1 * 9 + 8;  // head 1, query 8
+  EXPECT_NEAR(std::exp(r.lse[last]), std::exp(plain.lse[last]) + std::exp(-2.0), 1e-12);
+}
+
+// Softcap values against the formula for one pair: S = c * tanh(scale * q.k / c).
+TEST(CpuReference, SoftcapCapsTheScore) {
+  HostProblem p = fixed_length_problem(1, 1, 2, 1, 1, 8, 0.5, BandMask{});
+  p.softcap = 2.0;
+  std::vector<double> q(8, 0.0), k(16, 0.0), v(16, 0.0);
+  q[0] = 3;
+  k[0] = 4;   // scale * q.k = 6
+  k[8] = -1;  // -1.5
+  v[0] = 1;
+  v[8 + 1] = 1;
+  const ForwardResult r = forward(p, q, k, v);
+  const double s0 = 2.0 * std::tanh(6.0 / 2.0), s1 = 2.0 * std::tanh(-1.5 / 2.0);
+  const double lse = std::log(std::exp(s0) + std::exp(s1));
+  EXPECT_NEAR(r.lse[0], lse, 1e-14);
+  EXPECT_NEAR(r.o[0], std::exp(s0 - lse), 1e-14);
+  EXPECT_NEAR(r.o[1], std::exp(s1 - lse), 1e-14);
+}
 
 TEST(CpuReference, RoundingEmulationRoundsToTheDtype) {
   EXPECT_EQ(round_to(Rounding::kNone, 1.0 + 1e-9), 1.0 + 1e-9);
