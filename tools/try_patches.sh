@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Dev script for a Hopper machine: main against main + patches (docs/wip/*.patch), in one go.
+# Each variant is HEAD's tree with its patches applied, built beside the others (bf16 only, the
+# given head dims); then the GPU suite (GTEST_FILTER narrows it) on every variant, and an A/B of
+# all of them with tools/ab_compare.sh (hopattn / cuDNN tables per variant). Usage:
+#   tools/try_patches.sh OUT_DIR CUTLASS_INCLUDE_DIR HEADDIMS STEPS "COMPARE_ARGS" NAME=PATCH[+PATCH...]...
+# with HEADDIMS a CMake list ("64;128;256"), STEPS a comma list of build,tests,ab, e.g.
+#   tools/try_patches.sh out "$CUTLASS" "64;128;256" build,tests,ab \
+#     "--direction bwd --hdims 64,128 --seqlens 2048,8192 --dtype bf16" \
+#     uniform=docs/wip/backward-uniform-descriptors.patch slices=docs/wip/backward-gqa-head-slices.patch
+# "main" is always built. Variants live in build-variants/NAME (ignored by git), so a later call
+# with STEPS=tests,ab reuses them.
+set -uo pipefail
+out=$1 cutlass=$2 dims=$3 steps=$4 compare_args=$5
+shift 5
+has() { [[ ",$steps," == *",$1,"* ]]; }
+mkdir -p "$out"
+root=build-variants
+variants=(main "$@")
+names=()
+for v in "${variants[@]}"; do names+=("${v%%=*}"); done
+
+if has build; then
+  jobs=$(( $(nproc) / ${#variants[@]} ))
+  (( jobs < 1 )) && jobs=1
+  for v in "${variants[@]}"; do
+    name=${v%%=*} patches=${v#*=}
+    [[ $v == main ]] && patches=""
+    dir=$root/$name
+    rm -rf "$dir" && mkdir -p "$dir"
+    git archive HEAD | tar -x -C "$dir"
+    for p in ${patches//+/ }; do
+      (cd "$dir" && git apply "$OLDPWD/$p") || { echo "try_patches: $p does not apply to HEAD" >&2; exit 1; }
+    done
+    (cmake -S "$dir" -B "$dir/build" -DHOPATTN_DTYPES=bf16 -DHOPATTN_HEADDIMS="$dims" \
+       -DCUTLASS_INCLUDE_DIR="$cutlass" > "$out/$name-configure.log" 2>&1 &&
+     cmake --build "$dir/build" --parallel "$jobs" > "$out/$name-build.log" 2>&1
+     echo "build $name: exit $?") &
+  done
+  wait
+fi
+if has tests; then
+  for name in "${names[@]}"; do
+    log=$out/$name-gpu-tests.log
+    timeout 200 "$root/$name/build/tests/hopattn_gpu_tests" ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} > "$log" 2>&1
+    echo "gpu tests $name: exit $? ($(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+ tests?' "$log" | tr '\n' ' '))"
+    grep -E '^\[  FAILED  \] [A-Z]' "$log" | head -10
+  done
+fi
+if has ab; then
+  libraries=()
+  for name in "${names[@]}"; do libraries+=("$name=$root/$name/build/src/libhopattn.so"); done
+  tools/ab_compare.sh "$out/ab" "${AB_ROUNDS:-2}" "$compare_args" "${libraries[@]}"
+fi
