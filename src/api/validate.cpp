@@ -266,7 +266,8 @@ Status resolve_problem(const Tensor& q, const Tensor& k, float softmax_scale, co
     return invalid("mask.causal is set with mask.window_right = ", mask.window_right,
                    ", which contradicts it: causal means window_right = 0 (clear causal for a two-sided window)");
   }
-  p->mask = BandMask::from_args(mask.causal, mask.window_left, mask.window_right);
+  p->mask = BandMask::from_args(mask.causal, mask.window_left, mask.window_right)
+                .without_vacuous_bounds(p->max_seqlen_q, p->max_seqlen_k);
 
   if (!std::isfinite(softmax_scale)) return invalid("softmax_scale is ", softmax_scale, " but must be finite");
   p->softmax_scale =

@@ -85,6 +85,27 @@ TEST(Mask, BandViewMatchesTheDefinition) {
         }
 }
 
+// Dropping the bounds that hide nothing changes no pair of any sequence within the maxima.
+TEST(Mask, WithoutVacuousBoundsSeesTheSamePairs) {
+  const int bounds[] = {-1, 0, 1, 3, 5, 8, 1 << 30};
+  for (int left : bounds)
+    for (int right : bounds)
+      for (int max_q : {0, 1, 2, 6})
+        for (int max_k : {0, 1, 4, 9}) {
+          const BandMask mask{left, right};
+          const BandMask reduced = mask.without_vacuous_bounds(max_q, max_k);
+          for (int seqlen_q = 0; seqlen_q <= max_q; ++seqlen_q)
+            for (int seqlen_k = 0; seqlen_k <= max_k; ++seqlen_k)
+              for (int i = 0; i < seqlen_q; ++i)
+                for (int j = 0; j < seqlen_k; ++j)
+                  ASSERT_EQ(is_visible(reduced, i, j, seqlen_q, seqlen_k), is_visible(mask, i, j, seqlen_q, seqlen_k))
+                      << "mask(" << left << "," << right << ") max " << max_q << "x" << max_k << " seq " << seqlen_q
+                      << "x" << seqlen_k << " i=" << i << " j=" << j;
+        }
+  EXPECT_TRUE(BandMask::from_args(true, -1, -1).without_vacuous_bounds(1, 8192).unbounded());  // decode
+  EXPECT_FALSE(BandMask::from_args(true, -1, -1).without_vacuous_bounds(2, 8192).unbounded());
+}
+
 struct RangeCase {
   BandMask mask;
   int seqlen_q, seqlen_k, block_m, block_n;

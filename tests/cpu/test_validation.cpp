@@ -124,6 +124,36 @@ TEST(Validation, CausalWithLeftWindowIsLocalAndCausalRightMinusOneIsCausal) {
   EXPECT_EQ(p.mask.right, 0);
 }
 
+// Bounds that hide nothing are dropped, so that such problems run the unmasked kernels: causal with
+// one query row, windows at least as wide as the sequences (max lengths in varlen mode).
+TEST(Validation, BoundsThatHideNothingAreDropped) {
+  Problem p;
+  ForwardTensors t;
+  ForwardArgs a = valid_forward();
+  a.mask = Mask{false, kSeqK - 1, kSeqQ - 1};
+  ASSERT_TRUE(validate_forward(a, &p, &t).ok());
+  EXPECT_TRUE(p.mask.unbounded());
+  a.mask = Mask{false, kSeqK - 2, kSeqQ - 2};
+  ASSERT_TRUE(validate_forward(a, &p, &t).ok());
+  EXPECT_EQ(p.mask.left, kSeqK - 2);
+  EXPECT_EQ(p.mask.right, kSeqQ - 2);
+  a.mask = Mask{true, 2147483647, -1};
+  ASSERT_TRUE(validate_forward(a, &p, &t).ok());
+  EXPECT_EQ(p.mask.left, -1);
+  EXPECT_EQ(p.mask.right, 0);
+
+  ForwardArgs decode = valid_forward();
+  decode.q.shape[1] = decode.o.shape[1] = decode.lse.shape[2] = 1;
+  decode.mask = Mask{true, -1, -1};
+  ASSERT_TRUE(validate_forward(decode, &p, &t).ok());
+  EXPECT_TRUE(p.mask.unbounded());
+
+  ForwardArgs varlen = valid_varlen_forward();
+  varlen.mask = Mask{false, varlen.varlen.max_seqlen_k - 1, -1};
+  ASSERT_TRUE(validate_forward(varlen, &p, &t).ok());
+  EXPECT_TRUE(p.mask.unbounded());
+}
+
 TEST(Validation, NullPointers) {
   expect_forward_invalid([](ForwardArgs& a) { a.q.data = nullptr; }, "q.data is null");
   expect_forward_invalid([](ForwardArgs& a) { a.k.data = nullptr; }, "k.data is null");

@@ -18,6 +18,18 @@ struct BandMask {
 
   HOPATTN_HOST_DEVICE bool unbounded() const { return left < 0 && right < 0; }
 
+  // The same mask without the bounds that hide nothing in any sequence of at most max_seqlen_q
+  // queries and max_seqlen_k keys: the left bound hides keys only while left < seqlen_k - 1, the
+  // right one only while right < seqlen_q - 1. Causal with one query row (decode) and windows as
+  // wide as the keys are then unbounded, and the kernels take their unmasked paths (the forward
+  // its wider key blocks and split tail) for them.
+  HOPATTN_HOST_DEVICE BandMask without_vacuous_bounds(int max_seqlen_q, int max_seqlen_k) const {
+    BandMask m = *this;
+    if (m.left >= 0 && m.left >= max_seqlen_k - 1) m.left = -1;
+    if (m.right >= 0 && m.right >= max_seqlen_q - 1) m.right = -1;
+    return m;
+  }
+
   // The same mask seen from the keys: query i is visible to key j. Used by the backward, which
   // iterates over query blocks for a fixed key block.
   HOPATTN_HOST_DEVICE BandMask transposed() const { return BandMask{right, left}; }
