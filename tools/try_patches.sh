@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Dev script for a Hopper machine: main against main + patches (docs/wip/*.patch), in one go.
-# Each variant is HEAD's tree with its patches applied, built beside the others (bf16 only, the
-# given head dims); then the GPU suite (GTEST_FILTER narrows it) on every variant, and an A/B of
+# Each variant is the working tree (build folders and .git left out) with its patches applied,
+# built beside the others (bf16 only, the given head dims); then the GPU suite (GTEST_FILTER narrows it) on every variant, and an A/B of
 # all of them with tools/ab_compare.sh (hopattn / cuDNN tables per variant). Usage:
 #   tools/try_patches.sh OUT_DIR CUTLASS_INCLUDE_DIR HEADDIMS STEPS "COMPARE_ARGS" NAME=PATCH[+PATCH...]...
 # with HEADDIMS a CMake list ("64;128;256"), STEPS a comma list of build,tests,ab, e.g.
@@ -28,9 +28,11 @@ if has build; then
     [[ $v == main ]] && patches=""
     dir=$root/$name
     rm -rf "$dir" && mkdir -p "$dir"
-    git archive HEAD | tar -x -C "$dir"
+    tar --exclude="./$root" --exclude='./build*' --exclude=./.git -cf - . | tar -x -C "$dir"
+    # From the top: inside a git work tree, `git apply` run in a subfolder would skip every path
+    # outside that folder without a word.
     for p in ${patches//+/ }; do
-      (cd "$dir" && git apply "$OLDPWD/$p") || { echo "try_patches: $p does not apply to HEAD" >&2; exit 1; }
+      git apply --directory="$dir" "$p" || { echo "try_patches: $p does not apply" >&2; exit 1; }
     done
     (cmake -S "$dir" -B "$dir/build" -DHOPATTN_DTYPES=bf16 -DHOPATTN_HEADDIMS="$dims" \
        -DCUTLASS_INCLUDE_DIR="$cutlass" > "$out/$name-configure.log" 2>&1 &&
