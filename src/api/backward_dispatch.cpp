@@ -28,13 +28,13 @@ constexpr BackwardKernelEntry kBackwardKernels[] = {
 };
 
 // Grid limits: the pre- and postprocess kernels put heads and batch on grid dimensions y and z
-// (at most 65535 each); the main kernel's one-dimensional grid of (key block, KV head, batch)
-// must stay below 2^31 CTAs (key blocks of at least 64 keys).
+// (at most 65535 each); the main kernel's one-dimensional grid of (key block, head slice, KV head,
+// batch) must stay below 2^31 CTAs (key blocks of at least 64 keys, at most heads / heads_kv
+// slices).
 constexpr int kMaxGridYZ = 65535;
 bool fits_grid(const Problem& p) {
   const long long key_blocks = (static_cast<long long>(p.max_seqlen_k) + 63) / 64;
-  return p.heads <= kMaxGridYZ && p.batch <= kMaxGridYZ &&
-         key_blocks * p.heads_kv * p.batch < (1LL << 31);
+  return p.heads <= kMaxGridYZ && p.batch <= kMaxGridYZ && key_blocks * p.heads * p.batch < (1LL << 31);
 }
 
 struct BackwardPlan {

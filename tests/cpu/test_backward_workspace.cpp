@@ -10,6 +10,7 @@
 #include <set>
 #include <vector>
 
+#include "kernels/bwd/bwd_head_slices.hpp"
 #include "kernels/bwd/bwd_workspace.hpp"
 
 namespace hopattn {
@@ -103,6 +104,99 @@ TEST(BackwardWorkspace, FixedLengthBlocksStayInsideTheirSequence) {
       for (int block_m : {64, 128}) check_blocks(fixed_problem(batch, length, 2), block_m);
     }
   }
+}
+
+// With GQA the dK/dV sums of every key block (64 or 128 rows) of every KV head are whole chunks
+// of their own sequence inside the range the launch clears, each with a semaphore of its own.
+void check_key_blocks(const Problem& p, int block_n) {
+  SCOPED_TRACE("block_n " + std::to_string(block_n) + ", batch " + std::to_string(p.batch));
+  const uintptr_t base = uintptr_t{1} << 30;
+  const BackwardWorkspace w = BackwardWorkspace::carve(reinterpret_cast<void*>(base), p, kHeadDim);
+  ASSERT_GT(w.padded_key_rows, 0);
+  const uintptr_t end = base + BackwardWorkspace::bytes_for(p, kHeadDim);
+  const long long key_rows = static_cast<long long>(p.heads_kv) * w.padded_key_rows;
+  const uintptr_t clear_begin = reinterpret_cast<uintptr_t>(w.dk_accum);
+  const uintptr_t clear_end = clear_begin + w.kv_clear_bytes(p.heads_kv);
+  EXPECT_LE(clear_end, end);
+  EXPECT_GE(clear_begin, reinterpret_cast<uintptr_t>(w.semaphores + static_cast<long long>(p.heads) * w.padded_rows /
+                                                                     BackwardWorkspace::kSemaphoreRows));
+  EXPECT_LE(reinterpret_cast<uintptr_t>(w.dk_accum + key_rows * kHeadDim), reinterpret_cast<uintptr_t>(w.dv_accum));
+  EXPECT_LE(reinterpret_cast<uintptr_t>(w.dv_accum + key_rows * kHeadDim), reinterpret_cast<uintptr_t>(w.kv_semaphores));
+  std::set<long long> rows_taken;
+  std::set<const int32_t*> semaphores_taken;
+  for (int head_kv : std::set<int>{0, p.heads_kv - 1}) {
+    for (int b = 0; b < p.batch; ++b) {
+      const long long start = w.sequence_row(p.keys, b);
+      const int length = p.keys.sequence(b).length;
+      for (int n = 0; n * block_n < length; ++n) {
+        const long long first = w.key_row_index(head_kv, start + static_cast<long long>(n) * block_n);
+        const int32_t* semaphore = w.kv_semaphore(first);
+        EXPECT_TRUE(semaphores_taken.insert(semaphore).second) << "sequence " << b << " block " << n;
+        EXPECT_LT(reinterpret_cast<uintptr_t>(semaphore), clear_end);
+        for (long long r = first; r < first + block_n; ++r) {
+          ASSERT_TRUE(rows_taken.insert(r).second) << "row " << r << " of sequence " << b << " block " << n;
+          ASSERT_LT(r, (head_kv + 1LL) * w.padded_key_rows) << "sequence " << b << " block " << n;
+        }
+      }
+    }
+  }
+}
+
+Problem with_gqa(Problem p, int heads_kv) {
+  p.heads *= heads_kv;  // groups of the old head count
+  p.heads_kv = heads_kv;
+  return p;
+}
+
+TEST(BackwardWorkspace, GqaKeyBlocksStayInsideTheirSequence) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 100; ++trial) {
+    const int batch = 1 + static_cast<int>(rng() % 6);
+    std::vector<int32_t> cu{0};
+    for (int b = 0; b < batch; ++b) cu.push_back(cu.back() + static_cast<int>(rng() % 400));
+    const Problem p = with_gqa(varlen_problem(cu, nullptr, 2 + static_cast<int>(rng() % 3)), 1 + static_cast<int>(rng() % 2));
+    for (int block_n : {64, 128}) check_key_blocks(p, block_n);
+  }
+  for (int length : {1, 64, 129, 1000}) {
+    for (int block_n : {64, 128}) check_key_blocks(with_gqa(fixed_problem(2, length, 4), 2), block_n);
+  }
+}
+
+TEST(BackwardWorkspace, NoKeySumsWithoutGqa) {
+  const Problem p = fixed_problem(2, 300, 4);
+  const BackwardWorkspace w = BackwardWorkspace::carve(reinterpret_cast<void*>(uintptr_t{1} << 30), p, kHeadDim);
+  EXPECT_EQ(w.padded_key_rows, 0);
+  EXPECT_EQ(w.dk_accum, nullptr);
+  EXPECT_EQ(BackwardWorkspace::kv_bytes_for(p, kHeadDim), 0u);
+}
+
+TEST(BackwardHeadSlices, UnderAMaskWidenTheGridUpToTheTargetAndDivideTheGroup) {
+  Problem p = fixed_problem(8, 2048, 32);
+  p.mask = BandMask::from_args(true, -1, -1);
+  p.heads_kv = 1;  // MQA 32/1: 16 key blocks x 8 sequences = 128 CTAs without slices
+  const int slices = backward_head_slices(p, 16, 132);
+  EXPECT_EQ(32 % slices, 0);
+  EXPECT_GE(128LL * slices, kTargetWaves * 132LL);
+  EXPECT_LT(128LL * slices / 2, kTargetWaves * 132LL) << "the smallest such divisor";
+  p.heads_kv = 8;  // 4 heads a group, 1024 CTAs
+  EXPECT_EQ(backward_head_slices(p, 16, 132), 2);
+  p.heads_kv = 32;  // no GQA
+  EXPECT_EQ(backward_head_slices(p, 16, 132), 1);
+  p.heads_kv = 4;  // 8 a group, already a wide grid: one slice
+  EXPECT_EQ(backward_head_slices(p, 1024, 132), 1);
+  EXPECT_EQ(backward_head_slices(p, 1, 132), 8) << "never more slices than heads";
+  EXPECT_EQ(backward_head_slices(p, 16, 0), 1) << "unknown SM count: one slice";
+}
+
+TEST(BackwardHeadSlices, WithoutAMaskOnlyWhereTheyShortenTheWaves) {
+  Problem p = fixed_problem(8, 2048, 32);
+  p.heads_kv = 1;  // 128 CTAs fill one wave: two slices would still take one
+  EXPECT_EQ(backward_head_slices(p, 16, 132), 1);
+  p.heads_kv = 8;  // 1024 CTAs, 7.8 waves
+  EXPECT_EQ(backward_head_slices(p, 16, 132), 1);
+  p = fixed_problem(1, 2048, 32);
+  p.heads_kv = 1;  // one sequence: 16 CTAs; 8 slices make 128, one wave of 8 times shorter CTAs
+  EXPECT_EQ(backward_head_slices(p, 16, 132), 8);
 }
 
 }  // namespace

@@ -11,7 +11,10 @@
 
 namespace hopattn {
 
-template <class Traits>
+// kDeterministic: the dQ writer adds in key-block order (params.deterministic says the same at run
+// time, for the grid order); a template parameter, so that neither mode's MMA loop carries the
+// other's branches (a run-time branch around the stage release made ptxas wait on every WGMMA).
+template <class Traits, bool kDeterministic>
 __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID_CONSTANT BackwardParams<Traits> const params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ char shared_memory[];
@@ -37,10 +40,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
     if (warp == 0) backward_producer<Traits>(params, smem, pipeline, t);
-    if (warp == 1) backward_dq_writer<Traits>(params, smem, t);
+    if (warp == 1) backward_dq_writer<Traits, kDeterministic>(params, smem, t);
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kMmaRegisters>();
-    backward_mma<Traits>(params, smem, pipeline, t);
+    backward_mma<Traits, kDeterministic>(params, smem, pipeline, t);
   }
 #endif
 }

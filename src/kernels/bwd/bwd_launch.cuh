@@ -1,4 +1,6 @@
-// Host side of the backward: the workspace carved up, TMA descriptors, and the three launches.
+// Host side of the backward: the workspace carved up, TMA descriptors, the head slices, and the
+// launches (preprocess, main, dQ postprocess; with head slices, a clear before and a dK/dV
+// postprocess after).
 // Included only by the generated instantiation units.
 #pragma once
 
@@ -6,6 +8,7 @@
 
 #include "kernels/bwd/backward_kernels.hpp"
 #include "kernels/bwd/bwd_kernel.cuh"
+#include "kernels/bwd/bwd_head_slices.hpp"
 #include "kernels/bwd/bwd_kernel_traits.cuh"
 #include "kernels/bwd/bwd_postprocess.cuh"
 #include "kernels/bwd/bwd_preprocess.cuh"
@@ -21,7 +24,7 @@ namespace backward_launch_detail {
 
 template <class Traits>
 BackwardParams<Traits> make_backward_params(const Problem& p, const BackwardTensors& t, void* workspace,
-                                            bool deterministic) {
+                                            int head_slices, bool deterministic) {
   using namespace cute;
   using Element = typename Traits::Element;
   const bool varlen = p.varlen();
@@ -52,6 +55,7 @@ BackwardParams<Traits> make_backward_params(const Problem& p, const BackwardTens
   params.dv = t.dv;
   params.workspace = BackwardWorkspace::carve(workspace, p, Traits::kHeadDim);
   params.scale_log2 = p.softmax_scale * kLog2e;
+  params.head_slices = head_slices;
   params.deterministic = deterministic;
   return params;
 }
@@ -60,18 +64,28 @@ BackwardParams<Traits> make_backward_params(const Problem& p, const BackwardTens
 
 template <DType kDType, int kHeadDim>
 cudaError_t launch_backward_kernels(const Problem& problem, const BackwardTensors& tensors, void* workspace,
-                                    bool deterministic, const DeviceLimits& /*device*/, cudaStream_t stream) {
+                                    bool deterministic, const DeviceLimits& device, cudaStream_t stream) {
   using namespace backward_launch_detail;
   using Element = typename CutlassElement<kDType>::type;
   using Traits = BackwardKernelTraits<Element, kHeadDim>;
-  const BackwardParams<Traits> params = make_backward_params<Traits>(problem, tensors, workspace, deterministic);
-
-  // With max_seqlen_q = 0 there is no query block: only the main kernel runs, writing dK = dV = 0.
+  // With max_seqlen_q = 0 there is no query block: only the main kernel runs, writing dK = dV = 0
+  // itself (one slice).
   auto blocks_of = [&](int rows) {
     return dim3((problem.max_seqlen_q + rows - 1) / rows, problem.heads, problem.batch);
   };
   const dim3 query_blocks = blocks_of(Traits::kBlockM);
   const bool has_queries = query_blocks.x > 0;
+  const int key_blocks = backward_key_blocks(problem, Traits::kBlockN);
+  const int head_slices = has_queries ? backward_head_slices(problem, key_blocks, device.multiprocessors) : 1;
+  const BackwardParams<Traits> params =
+      make_backward_params<Traits>(problem, tensors, workspace, head_slices, deterministic);
+
+  if (head_slices > 1) {  // the slices add dK and dV into zeroed sums
+    const BackwardWorkspace& ws = params.workspace;
+    if (cudaError_t e = cudaMemsetAsync(ws.dk_accum, 0, ws.kv_clear_bytes(problem.heads_kv), stream); e != cudaSuccess) {
+      return e;
+    }
+  }
   if (has_queries) {
     backward_preprocess_kernel<Element, kHeadDim>
         <<<blocks_of(BackwardWorkspace::kRowBlock), kPreprocessThreads, 0, stream>>>(
@@ -79,20 +93,30 @@ cudaError_t launch_backward_kernels(const Problem& problem, const BackwardTensor
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
 
-  constexpr auto* kMain = &backward_kernel<Traits>;
-  if (cudaError_t e = allow_shared_bytes<kMain>(Traits::kSharedBytes); e != cudaSuccess) return e;
-  const long long ctas = static_cast<long long>(backward_key_blocks(problem, Traits::kBlockN)) * problem.heads_kv *
-                        problem.batch;
+  auto* const main_kernel = deterministic ? &backward_kernel<Traits, true> : &backward_kernel<Traits, false>;
+  if (cudaError_t e = deterministic ? allow_shared_bytes<&backward_kernel<Traits, true>>(Traits::kSharedBytes)
+                                    : allow_shared_bytes<&backward_kernel<Traits, false>>(Traits::kSharedBytes);
+      e != cudaSuccess) {
+    return e;
+  }
+  const long long ctas = static_cast<long long>(key_blocks) * head_slices * problem.heads_kv * problem.batch;
   // Each kernel after the preprocess sets up under the previous one's last wave (grid_dependency.cuh).
   const dim3 main_grid(static_cast<unsigned>(ctas));
   if (has_queries) {
     cudaError_t e =
-        launch_overlapping_previous(kMain, main_grid, Traits::kThreads, Traits::kSharedBytes, stream, params);
+        launch_overlapping_previous(main_kernel, main_grid, Traits::kThreads, Traits::kSharedBytes, stream, params);
     if (e != cudaSuccess) return e;
-    return launch_overlapping_previous(&backward_postprocess_kernel<Traits>, query_blocks, Traits::kMmaThreads, 0,
-                                       stream, problem, tensors.dq, params.workspace, deterministic);
+    e = launch_overlapping_previous(&backward_postprocess_kernel<Traits>, query_blocks, Traits::kMmaThreads, 0,
+                                    stream, problem, tensors.dq, params.workspace, head_slices, deterministic);
+    if (e != cudaSuccess || head_slices == 1) return e;
+    // After the dQ postprocess, whose last CTA waits for the main kernel to complete.
+    const dim3 key_row_blocks((problem.max_seqlen_k + BackwardWorkspace::kRowBlock - 1) / BackwardWorkspace::kRowBlock,
+                              problem.heads_kv, problem.batch);
+    backward_key_postprocess_kernel<Element><<<key_row_blocks, kKeyPostprocessThreads, 0, stream>>>(
+        problem, tensors.dk, tensors.dv, params.workspace);
+    return cudaGetLastError();
   }
-  kMain<<<main_grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
+  main_kernel<<<main_grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
   return cudaGetLastError();
 }
 

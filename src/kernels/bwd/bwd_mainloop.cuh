@@ -1,6 +1,7 @@
 // The backward main kernel's three roles in one CTA (a block of kBlockN keys of one KV head):
 // - the producer warp loads K and V once, then streams Q, dO and the rows' LSE and D for every
-//   visible query block of every query head of the group through a kStages ring (TMA, mbarriers);
+//   visible query block of every query head of its slice of the group through a kStages ring
+//   (TMA, mbarriers);
 // - the MMA warpgroups compute S^T = K Q^T and dP^T = V dO^T, turn them into P^T and dS^T in
 //   registers, accumulate dV += P^T dO and dK += dS^T Q, and their share of dQ = dS K through dS^T
 //   in shared memory. With 128 keys each warpgroup owns 64 keys and P^T / dS^T feed dV / dK from
@@ -50,7 +51,7 @@ CUTE_DEVICE float opaque_zero() {
   return zero;
 }
 
-// The query heads of a KV head's group, in the order every role visits them.
+// The query heads of a KV head's group; a CTA visits those of its slice in order.
 CUTE_DEVICE int group_size(const Problem& p) { return p.heads / p.heads_kv; }
 
 template <class Traits>
@@ -91,7 +92,7 @@ CUTE_DEVICE void backward_producer(const BackwardParams<Traits>& params, typenam
   const BackwardWorkspace& ws = params.workspace;
   auto state = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   const int group = group_size(params.problem);
-  for (int g = 0; g < group; ++g) {
+  for (int g = t.first_head; g < t.end_head; ++g) {
     const int head = t.head_kv * group + g;
     auto query_blocks = [&](auto& m) {
       return local_tile(domain_offset(make_coord(t.q_offset, _0{}), m(_, _, head, t.batch_coord)),
@@ -134,6 +135,10 @@ CUTE_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::
 CUTE_DEVICE void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 // The committed bulk operations have completed, their writes to global memory included.
 CUTE_DEVICE void bulk_wait_complete() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// Adds two floats to `global` (8-byte aligned) with one vector reduction.
+CUTE_DEVICE void reduce_add2(float* global, float a, float b) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(global), "f"(a), "f"(b) : "memory");
+}
 
 }  // namespace backward_detail
 
@@ -145,7 +150,7 @@ CUTE_DEVICE void bulk_wait_complete() { asm volatile("cp.async.bulk.wait_group 0
 // first query block is no earlier than a lower one's: the key block that must add before n reached
 // m no later than n did, and the key blocks of a head rarely wait (in ascending order they formed
 // a wavefront, each waiting for the previous one at every query block).
-template <class Traits>
+template <class Traits, bool kDeterministic>
 CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typename Traits::SharedStorage& smem,
                                     const BackwardTile& t) {
   using namespace backward_detail;
@@ -153,7 +158,7 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
   const BackwardWorkspace& ws = params.workspace;
   const Problem& p = params.problem;
   const int group = group_size(p);
-  const int blocks = group * t.m_blocks.size();
+  const int blocks = (t.end_head - t.first_head) * t.m_blocks.size();
   const bool lane0 = threadIdx.x % cutlass::NumThreadsPerWarp == 0;
   wait_for_previous_kernel();  // the preprocess clears the dQ accumulator and the semaphores
   // Only now may the postprocess start: without determinism it reads the counter below instead of
@@ -166,7 +171,7 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
   };
   for (int wg = 0; wg < Traits::kMmaWarpgroups && blocks > 0; ++wg) announce_empty(wg);
   int done = 0;
-  for (int g = 0; g < group; ++g) {
+  for (int g = t.first_head; g < t.end_head; ++g) {
     const int head = t.head_kv * group + g;
     const long long first_row = ws.row_index(head, t.padded_row);
     for (int m = t.m_blocks.begin; m < t.m_blocks.end; ++m) {
@@ -177,7 +182,7 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
       for (int wg = 0; wg < Traits::kMmaWarpgroups; ++wg) {
         cutlass::arch::NamedBarrier::sync(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqFull0, wg));
         if (lane0) {
-          if (params.deterministic && wg == 0) {
+          if (kDeterministic && wg == 0) {
             const int order =
                 n_block_range(p.mask, m, Traits::kBlockM, Traits::kBlockN, t.seqlen_q, t.seqlen_k).end - 1 - t.n_block;
             while (load_acquire(semaphore) != order) __nanosleep(64);
@@ -191,7 +196,7 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
         __syncwarp();
         if (!last) announce_empty(wg);
       }
-      if (lane0 && params.deterministic) {  // the next key block may add once these sums are in
+      if (kDeterministic && lane0) {  // the next key block may add once these sums are in
         bulk_wait_complete();
         __threadfence();
         atomicAdd(semaphore, 1);
@@ -201,16 +206,61 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
   }
   if (lane0) {
     bulk_wait_complete();
-    if (!params.deterministic) {  // this key block's dQ is in: the postprocess may convert its query blocks
+    if constexpr (!kDeterministic) {  // this key block's dQ is in: the postprocess may convert its query blocks
       __threadfence();
       atomicAdd(ws.finished_key_blocks(t.head_kv, group, t.padded_row), 1);
     }
   }
 }
 
-template <class Traits>
+// With head slices: adds this CTA's dK (already scaled) and dV of its key block's real keys into
+// the workspace's fp32 accumulators, two neighbouring columns per reduction; in deterministic mode
+// the slices of a key block add one after the other, in slice order.
+template <class Traits, bool kDeterministic, class Acc, class Coords>
+CUTE_DEVICE void add_key_block_slice(const BackwardParams<Traits>& params, const BackwardTile& t, Acc const& dk,
+                                     Acc const& dv, Coords const& coords, int thread) {
+  using namespace cute;
+  const BackwardWorkspace& ws = params.workspace;
+  const long long first_row =
+      ws.key_row_index(t.head_kv, t.padded_key_row) + static_cast<long long>(t.n_block) * Traits::kBlockN;
+  int32_t* semaphore = ws.kv_semaphore(first_row);
+  if constexpr (kDeterministic) {
+    if (thread == 0) {
+      while (load_acquire(semaphore) != t.slice) __nanosleep(64);
+    }
+    cutlass::arch::NamedBarrier::sync(Traits::kMmaThreads, barrier_id(BwdBarrier::kScoresPublished));
+  }
+  cute::Tensor dk_values = as_row_col(dk);  // (rows, columns): columns 2c and 2c + 1 are neighbours
+  cute::Tensor dv_values = as_row_col(dv);
+  CUTE_UNROLL
+  for (int r = 0; r < size<0>(dk_values); ++r) {
+    const int row = get<0>(coords(r, 0));
+    if (t.n_block * Traits::kBlockN + row >= t.seqlen_k) continue;
+    float* dk_row = ws.dk_accum + (first_row + row) * ws.head_dim;
+    float* dv_row = ws.dv_accum + (first_row + row) * ws.head_dim;
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(dk_values); c += 2) {
+      const int column = get<1>(coords(r, c));
+      backward_detail::reduce_add2(dk_row + column, dk_values(r, c), dk_values(r, c + 1));
+      backward_detail::reduce_add2(dv_row + column, dv_values(r, c), dv_values(r, c + 1));
+    }
+  }
+  if constexpr (kDeterministic) {  // the next slice may add once these sums are in
+    __threadfence();
+    cutlass::arch::NamedBarrier::sync(Traits::kMmaThreads, barrier_id(BwdBarrier::kScoresPublished));
+    if (thread == 0) atomicAdd(semaphore, 1);
+  }
+}
+
+template <class Traits, bool kDeterministic>
 CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Traits::SharedStorage& smem,
                               typename Traits::Pipeline& pipeline, const BackwardTile& t) {
+  // In deterministic mode the handoff below can wait for the writer, which waits for the
+  // key-block order: with 64-query blocks (d96/d128) the stage then goes back before the handoff,
+  // with dK waited for first (d128 deterministic +3-10%, GQA up to +11%). With 128-query blocks
+  // (d64) the wait for dK cost more than the early release bought (-1 to -1.5%).
+  constexpr bool kReleaseDeterministicEarly = kDeterministic && Traits::kDqBeforeDk && !Traits::kDqSplitsQueries;
+  constexpr bool kReleaseBeforeHandoff = !Traits::kDqBeforeDk || kReleaseDeterministicEarly;
   using namespace cute;
   using Element = typename Traits::Element;
   using Smem = BackwardSmemTensors<Traits>;
@@ -225,16 +275,22 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
   typename Traits::TiledMmaDQ mma_dq;
   auto thr_sdp = mma_sdp.get_thread_slice(thread);
   auto thr_kv = mma_kv.get_thread_slice(thread);
-  auto thr_dq = mma_dq.get_thread_slice(thread);
+  // A shared-memory operand is one descriptor for all 128 threads of a warpgroup: partitioned by
+  // the warpgroup's first thread, made warp-uniform, the descriptors stay in uniform registers
+  // instead of being rebuilt in per-thread registers and moved over before every WGMMA.
+  const int warpgroup_thread = (cutlass::canonical_warp_group_idx() - 1) * kWgThreads;
+  auto wg_sdp = mma_sdp.get_slice(warpgroup_thread);
+  auto wg_kv = mma_kv.get_slice(warpgroup_thread);
+  auto wg_dq = mma_dq.get_slice(warpgroup_thread);
 
-  cute::Tensor tSrK = thr_sdp.partition_fragment_A(Smem::k(smem));        // (MMA, MMA_N, MMA_K)
-  cute::Tensor tSrQ = thr_sdp.partition_fragment_B(Smem::q(smem));        // (MMA, MMA_M, MMA_K, PIPE)
-  cute::Tensor tdPrV = thr_sdp.partition_fragment_A(Smem::v(smem));
-  cute::Tensor tdPrdO = thr_sdp.partition_fragment_B(Smem::dout(smem));
-  cute::Tensor tdVrdOt = thr_kv.partition_fragment_B(Smem::doutt(smem));  // (MMA, MMA_D, MMA_M, PIPE)
-  cute::Tensor tdKrQt = thr_kv.partition_fragment_B(Smem::qt(smem));
-  cute::Tensor tdQrdS = thr_dq.partition_fragment_A(Smem::dst(smem));  // (MMA, MMA_M, MMA_K, PIPE)
-  cute::Tensor tdQrKt = thr_dq.partition_fragment_B(Smem::kt(smem));
+  cute::Tensor tSrK = wg_sdp.partition_fragment_A(Smem::k(smem));        // (MMA, MMA_N, MMA_K)
+  cute::Tensor tSrQ = wg_sdp.partition_fragment_B(Smem::q(smem));        // (MMA, MMA_M, MMA_K, PIPE)
+  cute::Tensor tdPrV = wg_sdp.partition_fragment_A(Smem::v(smem));
+  cute::Tensor tdPrdO = wg_sdp.partition_fragment_B(Smem::dout(smem));
+  cute::Tensor tdVrdOt = wg_kv.partition_fragment_B(Smem::doutt(smem));  // (MMA, MMA_D, MMA_M, PIPE)
+  cute::Tensor tdKrQt = wg_kv.partition_fragment_B(Smem::qt(smem));
+  cute::Tensor tdQrdS = wg_dq.partition_fragment_A(Smem::dst(smem));  // (MMA, MMA_M, MMA_K, PIPE)
+  cute::Tensor tdQrKt = wg_dq.partition_fragment_B(Smem::kt(smem));
   // dS^T (with split queries P^T too) goes to shared memory through stmatrix, 16 bytes of a thread
   // (four 8x8 tiles a warp) per instruction. An element-wise copy through the swizzled layout
   // compiled to a 4-byte generic store per register, each with a 64-bit address of its own (32
@@ -288,8 +344,7 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
     const int warpgroup = thread / kWgThreads;
     typename Traits::PipelineState state;
     smem.kv_full.wait(0);
-    const int group = group_size(params.problem);
-    for (int g = 0; g < group; ++g) {
+    for (int g = t.first_head; g < t.end_head; ++g) {
       for (int m = t.m_blocks.begin; m < t.m_blocks.end; ++m) {
         pipeline.consumer_wait(state);
         const int stage = state.index();
@@ -312,8 +367,8 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
         };
         if constexpr (Traits::kSplitQueries) {
           cute::Tensor tPsP = thr_score_store.partition_D(Smem::p(smem));
-          cute::Tensor tdVsP = thr_kv.partition_fragment_A(Smem::p(smem));  // (MMA, MMA_N, MMA_M, PIPE)
-          cute::Tensor tdKsdS = thr_kv.partition_fragment_A(Smem::ds(smem));
+          cute::Tensor tdVsP = wg_kv.partition_fragment_A(Smem::p(smem));  // (MMA, MMA_N, MMA_M, PIPE)
+          cute::Tensor tdKsdS = wg_kv.partition_fragment_A(Smem::ds(smem));
           convert_fragment(tSrS, rP);
           copy(score_store, thr_score_store.retile_S(rP), tPsP(_, _, _, stage));
           warpgroup_wait<0>();  // dP^T
@@ -348,7 +403,10 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
           issue_dq();
           if constexpr (Traits::kDqBeforeDk) issue_dk();
         }
-        if constexpr (Traits::kDqBeforeDk) {
+        if constexpr (kReleaseDeterministicEarly) {
+          warpgroup_wait<0>();  // dV, dQ and dK
+          pipeline.consumer_release(state);
+        } else if constexpr (Traits::kDqBeforeDk) {
           warpgroup_wait<1>();  // dV and dQ; dK runs on while dQ goes to shared memory
         } else {
           // dV and dK; with kReleaseStageBeforeDq the dQ GEMM may still run while the stage goes back.
@@ -369,7 +427,7 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
         }
         cutlass::arch::fence_view_async_shared();
         cutlass::arch::NamedBarrier::arrive(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqFull0, warpgroup));
-        if constexpr (Traits::kDqBeforeDk) {
+        if constexpr (!kReleaseBeforeHandoff) {
           warpgroup_wait<0>();  // dK
           pipeline.consumer_release(state);
         }
@@ -378,8 +436,16 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
     }
   }
 
-  // Epilogue: dK (times the softmax scale) and dV of the block's real keys, in the input dtype.
+  // Epilogue: dK (times the softmax scale) and dV of the block's real keys, in the input dtype, or
+  // with head slices added in fp32 into the workspace for the dK/dV postprocess.
   cute::Tensor cKV = as_row_col(thr_kv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{})));
+  const float scale = params.problem.softmax_scale;
+  CUTE_UNROLL
+  for (int i = 0; i < size(tdKrdK); ++i) tdKrdK(i) *= scale;
+  if (params.head_slices > 1) {
+    add_key_block_slice<Traits, kDeterministic>(params, t, tdKrdK, tdVrdV, cKV, thread);
+    return;
+  }
   const int quad_lane = thread % 4;
   const int first_column = get<1>(cKV(0, 0)) - 2 * quad_lane;  // this warpgroup's share of the head dim
   auto store = [&](auto const& acc, const RowTensor& out) {
@@ -390,9 +456,6 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
     store_accumulator_rows<Element>(acc, cKV, first_column, params.problem.head_dim, key_row, quad_lane);
   };
   store(tdVrdV, params.dv);
-  const float scale = params.problem.softmax_scale;
-  CUTE_UNROLL
-  for (int i = 0; i < size(tdKrdK); ++i) tdKrdK(i) *= scale;
   store(tdKrdK, params.dk);
 }
 

@@ -42,21 +42,26 @@ struct BackwardParams {
   RowTensor dk, dv;
   BackwardWorkspace workspace;
   float scale_log2;  // softmax_scale * log2(e)
+  int head_slices;   // CTAs per (key block, KV head): see bwd_head_slices.hpp
   bool deterministic;
 };
 
-// The key block a backward CTA owns and the query blocks it visits for every query head of its KV
-// head's group.
+// The key block a backward CTA owns and the query blocks it visits for every query head of its
+// slice of the KV head's group.
 struct BackwardTile {
   int n_block;
   int head_kv;
+  int slice;       // of the group's query heads: heads [first_head, end_head) of the group
+  int first_head;
+  int end_head;
   int batch;
   int batch_coord;  // batch index of the TMA tensors (0 in varlen mode)
   int q_offset;     // first token of the sequence along the packed axis (0 in fixed-length mode)
   int k_offset;
   int seqlen_q;
   int seqlen_k;
-  long long padded_row;  // the sequence's first row in the workspace
+  long long padded_row;      // the sequence's first row in the workspace
+  long long padded_key_row;  // the same for its keys (dK/dV accumulators; 0 without GQA)
   BlockRange m_blocks;   // query blocks with at least one visible (query, key) pair
   BlockRange unmasked;   // the ones among them where every pair is visible
   bool partial_keys;     // the block reaches past seqlen_k: every query block needs the mask
@@ -66,11 +71,12 @@ struct BackwardTile {
   }
 };
 
-// The grid is one-dimensional, (key block, KV head, batch), key block fastest: the CTAs of one
-// head run together and share its Q and dO in L2; measured on the H200 under a causal mask, this
+// The grid is one-dimensional, (key block, head slice, KV head, batch), key block fastest: the CTAs
+// of one slice run together and share its Q and dO in L2; measured on the H200 under a causal mask, this
 // beat longest-first (key block slowest) at every seqlen, +29% at 2k and +3% at 16k
 // (docs/perf-log.md). In deterministic mode the key blocks of a head come in descending order, so
-// that every key block a CTA waits for (see backward_dq_writer) was launched before it.
+// that every key block a CTA waits for (see backward_dq_writer) was launched before it; so were
+// the lower slices of its key block, which add their dK and dV first.
 HOPATTN_HOST_DEVICE int backward_key_blocks(const Problem& p, int block_n) {
   return (p.max_seqlen_k + block_n - 1) / block_n;
 }
@@ -82,9 +88,14 @@ CUTE_DEVICE BackwardTile make_backward_tile(const BackwardParams<Traits>& params
   BackwardTile t;
   const int key_block = blockIdx.x % key_blocks;
   t.n_block = params.deterministic ? key_blocks - 1 - key_block : key_block;
-  const int pair = blockIdx.x / key_blocks;  // head_kv + heads_kv * batch
+  const int rest = blockIdx.x / key_blocks;  // slice + head_slices * (head_kv + heads_kv * batch)
+  t.slice = rest % params.head_slices;
+  const int pair = rest / params.head_slices;
   t.head_kv = pair % p.heads_kv;
   t.batch = pair / p.heads_kv;
+  const int heads_per_slice = p.heads / p.heads_kv / params.head_slices;
+  t.first_head = t.slice * heads_per_slice;
+  t.end_head = t.first_head + heads_per_slice;
   const Sequence q = p.queries.sequence(t.batch);
   const Sequence k = p.keys.sequence(t.batch);
   t.batch_coord = p.varlen() ? 0 : t.batch;
@@ -93,6 +104,7 @@ CUTE_DEVICE BackwardTile make_backward_tile(const BackwardParams<Traits>& params
   t.seqlen_q = q.length;
   t.seqlen_k = k.length;
   t.padded_row = params.workspace.sequence_row(p.queries, t.batch);
+  t.padded_key_row = params.workspace.padded_key_rows > 0 ? params.workspace.sequence_row(p.keys, t.batch) : 0;
   t.m_blocks = m_block_range(p.mask, t.n_block, Traits::kBlockM, Traits::kBlockN, q.length, k.length);
   t.unmasked = m_block_range_unmasked(p.mask, t.n_block, Traits::kBlockM, Traits::kBlockN, q.length, k.length);
   t.partial_keys = (t.n_block + 1) * Traits::kBlockN > k.length;

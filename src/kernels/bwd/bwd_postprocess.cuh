@@ -12,12 +12,12 @@
 namespace hopattn {
 
 // Waits until the main kernel's partial sums for (batch, head) are all in. Deterministic mode
-// waits for the main kernel to complete. Otherwise every key block of the (sequence, KV head)
-// counts itself once its sums are in, and this kernel, started during the main kernel's last wave,
-// converts the heads finished by then on the SMs that wave leaves idle.
+// waits for the main kernel to complete. Otherwise every CTA (key block and head slice) of the
+// (sequence, KV head) counts itself once its sums are in, and this kernel, started during the main
+// kernel's last wave, converts the heads finished by then on the SMs that wave leaves idle.
 template <class Traits>
 CUTE_DEVICE void wait_for_dq_sums(const Problem& problem, const BackwardWorkspace& ws, int batch, int head,
-                                  bool deterministic) {
+                                  int head_slices, bool deterministic) {
   const int key_blocks = (problem.keys.sequence(batch).length + Traits::kBlockN - 1) / Traits::kBlockN;
   if (deterministic || key_blocks == 0) {
     wait_for_previous_kernel();
@@ -27,14 +27,15 @@ CUTE_DEVICE void wait_for_dq_sums(const Problem& problem, const BackwardWorkspac
     const int group = problem.heads / problem.heads_kv;
     const int32_t* finished =
         ws.finished_key_blocks(head / group, group, ws.sequence_row(problem.queries, batch));
-    while (load_acquire(finished) < key_blocks) __nanosleep(256);
+    while (load_acquire(finished) < key_blocks * head_slices) __nanosleep(256);
   }
   __syncthreads();
 }
 
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kMmaThreads) backward_postprocess_kernel(
-    const Problem problem, const RowTensor dq, const BackwardWorkspace ws, const bool deterministic) {
+    const Problem problem, const RowTensor dq, const BackwardWorkspace ws, const int head_slices,
+    const bool deterministic) {
   using namespace cute;
   using Element = typename Traits::Element;
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
@@ -47,7 +48,7 @@ __global__ void __launch_bounds__(Traits::kMmaThreads) backward_postprocess_kern
   }
   const long long first = ws.row_index(head, ws.sequence_row(problem.queries, batch) + m_block * Traits::kBlockM);
   const float* accum = ws.dq_accum + first * ws.head_dim;
-  wait_for_dq_sums<Traits>(problem, ws, batch, head, deterministic);
+  wait_for_dq_sums<Traits>(problem, ws, batch, head, head_slices, deterministic);
 
   typename Traits::TiledMmaDQ mma_dq;
   cute::Tensor coords = mma_dq.get_thread_slice(threadIdx.x)
@@ -91,6 +92,41 @@ __global__ void __launch_bounds__(Traits::kMmaThreads) backward_postprocess_kern
                               chunk * 8) = v;
   }
   if (last_cta) wait_for_previous_kernel();
+}
+
+// With head slices, the backward's last kernel, one CTA per (workspace key row block, KV head,
+// batch), launched after the main kernel has completed: dK and dV from their fp32 sums (dK already
+// scaled), in the input dtype, for the real rows and head dim only; eight columns per thread and
+// step (two 16-byte loads, one 16-byte store).
+inline constexpr int kKeyPostprocessThreads = 256;
+
+template <class Element>
+__global__ void __launch_bounds__(kKeyPostprocessThreads) backward_key_postprocess_kernel(
+    const Problem problem, const RowTensor dk, const RowTensor dv, const BackwardWorkspace ws) {
+  constexpr int kRows = BackwardWorkspace::kRowBlock;
+  const int k_block = blockIdx.x, head_kv = blockIdx.y, batch = blockIdx.z;
+  const Sequence seq = problem.keys.sequence(batch);
+  const int rows = min(kRows, seq.length - k_block * kRows);
+  if (rows <= 0) return;
+  const long long first = ws.key_row_index(head_kv, ws.sequence_row(problem.keys, batch) + k_block * kRows);
+  const long long batch_index = problem.varlen() ? 0 : batch;
+  const int chunks = problem.head_dim / 8;  // head dims are multiples of 8
+  for (int c = threadIdx.x; c < rows * chunks; c += kKeyPostprocessThreads) {
+    const int r = c / chunks, chunk = c % chunks;
+    const long long at = (first + r) * ws.head_dim + chunk * 8;
+    const long long token = seq.offset + static_cast<long long>(k_block) * kRows + r;
+    auto convert = [&](const float* from, const RowTensor& to) {
+      const float4 lo = *reinterpret_cast<const float4*>(from + at);
+      const float4 hi = *reinterpret_cast<const float4*>(from + at + 4);
+      const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+      cutlass::Array<Element, 8> out;
+      CUTE_UNROLL
+      for (int e = 0; e < 8; ++e) out[e] = Element(v[e]);
+      *reinterpret_cast<cutlass::Array<Element, 8>*>(to.at<Element>(batch_index, token, head_kv) + chunk * 8) = out;
+    };
+    convert(ws.dk_accum, dk);
+    convert(ws.dv_accum, dv);
+  }
 }
 
 }  // namespace hopattn

@@ -7,6 +7,13 @@
 //             have added into it (deterministic mode); a block of more rows uses its first one.
 //             Without determinism the first one of each (sequence, KV head) counts the key blocks
 //             that have finished instead (finished_key_blocks)
+// With GQA (heads_kv < heads) also, for the head slices (backward_head_slices below):
+//   dk_accum, dv_accum (heads_kv, padded_key_rows, head_dim) fp32, row-major: dK (times the
+//             softmax scale) and dV summed over the slices of a key block
+//   kv_semaphores (heads_kv, padded_key_rows / kSemaphoreRows) int32: per key block, how many slices
+//             have added (deterministic mode adds them in slice order)
+//   The main kernel adds into these only when it runs more than one slice; the launch clears them
+//   then (they come last, one contiguous range).
 // Each sequence's rows start at a multiple of kRowBlock ("padded offsets"), so that every query
 // block of every kernel (64 or 128 rows, dividing kRowBlock) is a whole chunk that bulk copies can
 // move: sequence b of a varlen batch starts at floor((cu_seqlens[b] + b * kRowBlock) / kRowBlock) *
@@ -19,6 +26,7 @@
 
 #include "kernels/common/problem.hpp"
 #include "kernels/common/host_device.hpp"
+#include "kernels/common/seqlen.hpp"
 
 namespace hopattn {
 
@@ -31,21 +39,38 @@ struct BackwardWorkspace {
   float* dpsum = nullptr;
   float* dq_accum = nullptr;
   int32_t* semaphores = nullptr;
-  long long padded_rows = 0;  // per head
-  int head_dim = 0;           // the kernel's head dim (dq_accum's row length)
+  float* dk_accum = nullptr;  // null without GQA
+  float* dv_accum = nullptr;
+  int32_t* kv_semaphores = nullptr;
+  long long padded_rows = 0;      // per head
+  long long padded_key_rows = 0;  // per KV head (0 without GQA)
+  int head_dim = 0;               // the kernel's head dim (the accumulators' row length)
 
   HOPATTN_HOST_DEVICE static long long round_up(long long x, long long to) { return (x + to - 1) / to * to; }
 
-  HOPATTN_HOST_DEVICE static long long padded_rows_for(const Problem& p) {
-    if (p.varlen()) return round_up(p.total_q() + static_cast<long long>(p.batch) * kRowBlock, kRowBlock);
-    return static_cast<long long>(p.batch) * round_up(p.max_seqlen_q, kRowBlock);
+  // Rows of one head's arrays for the tokens of `side` (queries or keys), each sequence padded.
+  HOPATTN_HOST_DEVICE static long long padded_rows_for(const SequenceLayout& side, int batch) {
+    if (side.varlen()) return round_up(side.total_tokens + static_cast<long long>(batch) * kRowBlock, kRowBlock);
+    return static_cast<long long>(batch) * round_up(side.fixed_length, kRowBlock);
+  }
+  HOPATTN_HOST_DEVICE static long long padded_rows_for(const Problem& p) { return padded_rows_for(p.queries, p.batch); }
+  HOPATTN_HOST_DEVICE static long long padded_key_rows_for(const Problem& p) {
+    return p.heads_kv < p.heads ? padded_rows_for(p.keys, p.batch) : 0;
+  }
+
+  // The dK/dV accumulators and their semaphores, which a sliced launch clears.
+  static size_t kv_bytes_for(const Problem& p, int kernel_head_dim) {
+    const long long rows = static_cast<long long>(p.heads_kv) * padded_key_rows_for(p);
+    if (rows == 0) return 0;
+    return static_cast<size_t>(rows) * 2 * sizeof(float) * static_cast<size_t>(kernel_head_dim) + 2 * kAlignment +
+           static_cast<size_t>(rows / kSemaphoreRows) * sizeof(int32_t);
   }
 
   static size_t bytes_for(const Problem& p, int kernel_head_dim) {
     const long long rows = static_cast<long long>(p.heads) * padded_rows_for(p);
     const size_t per_row = sizeof(float) * (2 + static_cast<size_t>(kernel_head_dim));
     return static_cast<size_t>(rows) * per_row + static_cast<size_t>(rows / kSemaphoreRows) * sizeof(int32_t) +
-           4 * kAlignment;
+           4 * kAlignment + kv_bytes_for(p, kernel_head_dim);
   }
 
   // Carves the arrays out of `base` (16-byte aligned, at least bytes_for() bytes).
@@ -63,7 +88,23 @@ struct BackwardWorkspace {
     w.dq_accum = reinterpret_cast<float*>(at);
     at = aligned(at + rows * static_cast<size_t>(kernel_head_dim) * sizeof(float));
     w.semaphores = reinterpret_cast<int32_t*>(at);
+    w.padded_key_rows = padded_key_rows_for(p);
+    if (w.padded_key_rows > 0) {
+      const long long key_rows = static_cast<long long>(p.heads_kv) * w.padded_key_rows;
+      at = aligned(at + (rows / kSemaphoreRows) * sizeof(int32_t));
+      w.dk_accum = reinterpret_cast<float*>(at);
+      at = aligned(at + key_rows * static_cast<size_t>(kernel_head_dim) * sizeof(float));
+      w.dv_accum = reinterpret_cast<float*>(at);
+      at = at + key_rows * static_cast<size_t>(kernel_head_dim) * sizeof(float);
+      w.kv_semaphores = reinterpret_cast<int32_t*>(at);
+    }
     return w;
+  }
+  // The range a sliced launch clears: from dk_accum to the end of kv_semaphores.
+  size_t kv_clear_bytes(int heads_kv) const {
+    const long long key_rows = static_cast<long long>(heads_kv) * padded_key_rows;
+    return static_cast<size_t>(reinterpret_cast<char*>(kv_semaphores + key_rows / kSemaphoreRows) -
+                               reinterpret_cast<char*>(dk_accum));
   }
 
   // First padded row of sequence `batch` (of queries laid out as `queries`).
@@ -77,8 +118,15 @@ struct BackwardWorkspace {
   }
   // The semaphore of the query block that starts at row_index `row`.
   HOPATTN_HOST_DEVICE int32_t* semaphore(long long row) const { return semaphores + row / kSemaphoreRows; }
-  // Without determinism: how many key blocks of KV head `head_kv` of the sequence starting at
-  // `sequence_row` have added all their dQ (the first semaphore of the group's first head).
+  // Index of (KV head, padded key row) into dk_accum / dv_accum rows.
+  HOPATTN_HOST_DEVICE long long key_row_index(int head_kv, long long padded_key_row) const {
+    return head_kv * padded_key_rows + padded_key_row;
+  }
+  // The semaphore of the key block that starts at key_row_index `row`.
+  HOPATTN_HOST_DEVICE int32_t* kv_semaphore(long long row) const { return kv_semaphores + row / kSemaphoreRows; }
+  // Without determinism: how many CTAs (key blocks times head slices) of KV head `head_kv` of the
+  // sequence starting at `sequence_row` have added all their dQ (the first semaphore of the
+  // group's first head).
   HOPATTN_HOST_DEVICE int32_t* finished_key_blocks(int head_kv, int group, long long sequence_row) const {
     return semaphore(row_index(head_kv * group, sequence_row));
   }
