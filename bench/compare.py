@@ -719,6 +719,28 @@ def progress(items, desc):
         return simple(), (lambda msg: print(msg, file=sys.stderr, flush=True))
 
 
+def measure_all(problems, desc, env, json_path, measure):
+    """The rows of every problem (measure(problem, log) -> rows), with a progress bar. The JSON
+    {"env", "rows"} is rewritten after every problem, so that a crash keeps what was measured;
+    env gains "seconds"."""
+    rows = []
+    bar, log = progress(problems, desc)
+    started = time.time()
+
+    def save():
+        with open(json_path, "w") as f:
+            json.dump({"env": env, "rows": rows}, f, indent=1)
+
+    for p in bar:
+        if hasattr(bar, "set_postfix_str"):
+            bar.set_postfix_str(p.describe())
+        rows += measure(p, log)
+        save()
+    env["seconds"] = round(time.time() - started, 1)
+    save()
+    return rows
+
+
 def _ints(text):
     return [int(x) for x in text.split(",") if x]
 
@@ -795,18 +817,7 @@ def run_main(argv):
         print(f"compare.py: not importable, skipped: {', '.join(skipped)}", file=sys.stderr)
     problems = build_problems(a)
     env = environment(torch, impls)
-    rows = []
-    bar, log = progress(problems, "problems")
-    started = time.time()
-    for p in bar:
-        if hasattr(bar, "set_postfix_str"):
-            bar.set_postfix_str(p.describe())
-        rows += run_problem(torch, p, a, impls, log)
-        with open(a.json, "w") as f:  # after every problem: a crash keeps what was measured
-            json.dump({"env": env, "rows": rows}, f, indent=1)
-    env["seconds"] = round(time.time() - started, 1)
-    with open(a.json, "w") as f:
-        json.dump({"env": env, "rows": rows}, f, indent=1)
+    rows = measure_all(problems, "problems", env, a.json, lambda p, log: run_problem(torch, p, a, impls, log))
     failed = [r for r in rows if r["impl"] == "hopattn" and r.get("check") not in ("pass", "skipped")]
     print(f"compare.py: {len(rows)} rows in {env['seconds']} s -> {a.json}; hopattn mismatches/errors: {len(failed)}",
           file=sys.stderr)

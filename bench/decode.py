@@ -17,10 +17,8 @@ usable (and tested) without PyTorch or a GPU.
 """
 import argparse
 import importlib.util
-import json
 import math
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -390,23 +388,16 @@ def main(argv):
     problems = build_problems(a)
     env = compare.environment(torch, impls)
     env["command"] = "python3 bench/compare.py decode " + " ".join(argv)
-    rows = []
-    bar, log = compare.progress(problems, "decode problems")
-    started = time.time()
-    for p in bar:
-        if hasattr(bar, "set_postfix_str"):
-            bar.set_postfix_str(p.describe())
+
+    def measure(p, log):
         free, _ = torch.cuda.mem_get_info()
         if not p.fits(impls, free):
             log(f"  {p.describe()}: skipped, needs about {p.memory_needed(impls) / 2**30:.1f} GiB of the "
                 f"{free / 2**30:.1f} GiB free")
-            continue
-        rows += run_problem(torch, p, a, impls, log)
-        with open(a.json, "w") as f:  # after every problem: a crash keeps what was measured
-            json.dump({"env": env, "rows": rows}, f, indent=1)
-    env["seconds"] = round(time.time() - started, 1)
-    with open(a.json, "w") as f:
-        json.dump({"env": env, "rows": rows}, f, indent=1)
+            return []
+        return run_problem(torch, p, a, impls, log)
+
+    rows = compare.measure_all(problems, "decode problems", env, a.json, measure)
     failed = [r for r in rows if r["impl"] == "hopattn" and not _passed(r)]
     print(f"compare.py decode: {len(rows)} rows in {env['seconds']} s -> {a.json}; hopattn mismatches/errors: "
           f"{len(failed)}", file=sys.stderr)

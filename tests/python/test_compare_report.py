@@ -123,3 +123,33 @@ def test_checker_on_cpu(varlen):
     # FLOPs: causal halves 4 * heads * s^2 * d, summed over sequences for varlen.
     expected = sum(4 * 4 * s * s * 32 for s in (lengths or [32, 32])) / 2
     assert p.fwd_flops() == expected
+
+
+def test_measure_all_rewrites_the_json_after_every_problem(tmp_path):
+    # What run and decode share: every problem's rows in order, the file complete after each one
+    # (a crash keeps what was measured), the env's "seconds" at the end.
+    import json
+
+    compare = load_compare()
+
+    class FakeProblem:
+        def __init__(self, n):
+            self.n = n
+
+        def describe(self):
+            return f"problem {self.n}"
+
+    path = tmp_path / "out.json"
+    seen = []
+
+    def measure(p, log):
+        if p.n > 0:
+            seen.append(json.loads(path.read_text())["rows"])
+        return [{"problem": p.n}] * p.n
+
+    env = {"gpu": "test"}
+    rows = compare.measure_all([FakeProblem(n) for n in range(3)], "fake", env, str(path), measure)
+    assert rows == [{"problem": 1}, {"problem": 2}, {"problem": 2}]
+    assert seen == [[], [{"problem": 1}]]
+    saved = json.loads(path.read_text())
+    assert saved["rows"] == rows and saved["env"]["gpu"] == "test" and "seconds" in saved["env"]
