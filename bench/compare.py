@@ -792,24 +792,31 @@ def run_parser():
     return parser
 
 
+def torch_with_hopattn(command):
+    """PyTorch on a Hopper GPU with the hopattn package importable (an installed package wins, else
+    the source tree with $HOPATTN_LIBRARY); otherwise exits saying what `command` is missing."""
+    try:
+        import torch
+    except ImportError:
+        sys.exit(f"{command}: needs PyTorch (and a Hopper GPU and the hopattn package)")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        sys.exit(f"{command}: needs an NVIDIA Hopper GPU (sm_90)")
+    try:
+        import hopattn  # noqa: F401
+    except ImportError:
+        sys.path.insert(0, str(REPO / "python"))
+        try:
+            import hopattn  # noqa: F401
+        except ImportError as e:
+            sys.exit(f"{command}: the hopattn package is not importable ({e}); `pip install .` first")
+    return torch
+
+
 def run_main(argv):
     a = run_parser().parse_args(argv)
     if a.quick:
         a.warmup, a.reps, a.budget_s = min(a.warmup, 1), min(a.reps, 5), min(a.budget_s, 0.5)
-    try:
-        import torch
-    except ImportError:
-        sys.exit("compare.py run: needs PyTorch (and a Hopper GPU and the hopattn package)")
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        sys.exit("compare.py run: needs an NVIDIA Hopper GPU (sm_90)")
-    try:
-        import hopattn  # noqa: F401  (an installed package wins)
-    except ImportError:
-        sys.path.insert(0, str(REPO / "python"))  # the source tree, with $HOPATTN_LIBRARY
-        try:
-            import hopattn  # noqa: F401
-        except ImportError as e:
-            sys.exit(f"compare.py run: the hopattn package is not importable ({e}); `pip install .` first")
+    torch = torch_with_hopattn("compare.py run")
 
     impls = ["hopattn"] + [p for p in a.peers if peer_available(p)]
     skipped = [p for p in a.peers if p not in impls]

@@ -16,7 +16,6 @@ Nothing here imports torch at module level: the problem list, byte counts, rows 
 usable (and tested) without PyTorch or a GPU.
 """
 import argparse
-import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -363,27 +362,11 @@ def parser():
     return parser
 
 
-def _torch_with_hopattn():
-    try:
-        import torch
-    except ImportError:
-        sys.exit("compare.py decode: needs PyTorch (and a Hopper GPU and the hopattn package)")
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        sys.exit("compare.py decode: needs an NVIDIA Hopper GPU (sm_90)")
-    if importlib.util.find_spec("hopattn") is None:  # an installed package wins
-        sys.path.insert(0, str(compare.REPO / "python"))  # the source tree, with $HOPATTN_LIBRARY
-    try:
-        importlib.import_module("hopattn")
-    except ImportError as e:
-        sys.exit(f"compare.py decode: the hopattn package is not importable ({e}); `pip install .` first")
-    return torch
-
-
 def main(argv):
     a = parser().parse_args(argv)
     if a.quick:
         a.warmup, a.reps = min(a.warmup, 1), min(a.reps, 10)
-    torch = _torch_with_hopattn()
+    torch = compare.torch_with_hopattn("compare.py decode")
     impls = ["hopattn"] + a.peers
     problems = build_problems(a)
     env = compare.environment(torch, impls)

@@ -1,38 +1,24 @@
 """bench/compare.py's report part (markdown table and PNG plots) on a small canned JSON; no GPU,
 no PyTorch. The plot test skips when matplotlib is missing."""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from bench_scripts import REPO, import_without, load, table_rows
+
 CANNED = Path(__file__).resolve().parent / "data" / "compare_canned.json"
 
 
 def load_compare():
-    spec = importlib.util.spec_from_file_location("compare", REPO / "bench" / "compare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def table_rows(markdown):
-    """Data rows of markdown tables, as lists of cells."""
-    rows = []
-    for line in markdown.splitlines():
-        if line.startswith("|") and not line.startswith("|---"):
-            rows.append([c.strip() for c in line.strip().strip("|").split("|")])
-    return rows
+    return load("compare")
 
 
 def test_imports_without_torch_or_matplotlib():
     # The module imports torch and matplotlib only inside functions.
-    code = ("import sys; sys.modules['torch'] = None; sys.modules['matplotlib'] = None; "
-            f"sys.path.insert(0, {str(REPO / 'bench')!r}); import compare; print(len(compare.PEERS))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    out = import_without("compare", ["torch", "matplotlib"], "len(compare.PEERS)")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "5"
 

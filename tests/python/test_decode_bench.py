@@ -2,32 +2,17 @@
 byte counts and memory estimates, rows, the markdown table and report, and compare.py's `decode`
 subcommand. The reference check runs on CPU tensors when PyTorch is installed."""
 
-import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from bench_scripts import REPO, import_without, load, table_rows
+
 GIB = 1 << 30
 
-
-def load_decode():
-    spec = importlib.util.spec_from_file_location("decode", REPO / "bench" / "decode.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-decode = load_decode()
-
-
-def table_rows(markdown):
-    """Data rows of markdown tables, as lists of cells."""
-    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in markdown.splitlines()
-            if line.startswith("|") and not line.startswith("|---")]
+decode = load("decode")
 
 
 def problems(*argv):
@@ -35,9 +20,7 @@ def problems(*argv):
 
 
 def test_imports_without_torch():
-    code = ("import sys; sys.modules['torch'] = None; "
-            f"sys.path.insert(0, {str(REPO / 'bench')!r}); import decode; print(decode.PEERS)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    out = import_without("decode", ["torch"], "decode.PEERS")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "('cudnn', 'fa2')"
 
