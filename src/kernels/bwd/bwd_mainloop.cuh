@@ -45,6 +45,14 @@ struct BackwardSmemTensors {
   CUTE_DEVICE static auto p(SharedStorage& s) { return view<typename Traits::SmemLayoutDS>(s.p.data()); }
 };
 
+// threadIdx.x read where it is used: a volatile read cannot be merged with earlier ones, so
+// ptxas rematerializes it instead of keeping (or spilling) a value derived from it.
+CUTE_DEVICE uint32_t thread_index_x_uncached() {
+  uint32_t x;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(x));
+  return x;
+}
+
 CUTE_DEVICE float opaque_zero() {
   float zero;
   asm volatile("mov.b32 %0, 0;\n" : "=f"(zero));
@@ -136,6 +144,11 @@ CUTE_DEVICE void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 
 // The committed bulk operations have completed, their writes to global memory included.
 CUTE_DEVICE void bulk_wait_complete() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 // Adds two floats to `global` (8-byte aligned) with one vector reduction.
+// Adds to a semaphore with release semantics: this thread's earlier writes, the completed bulk
+// reduce-adds included, are visible to whoever acquires the new value.
+CUTE_DEVICE void release_add(int32_t* global, int value) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(global), "r"(value) : "memory");
+}
 CUTE_DEVICE void reduce_add2(float* global, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(global), "f"(a), "f"(b) : "memory");
 }
@@ -179,27 +192,45 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
       float* dq = ws.dq_accum + row * ws.head_dim;
       int32_t* semaphore = ws.semaphore(row);
       const bool last = done + 1 == blocks;
-      for (int wg = 0; wg < Traits::kMmaWarpgroups; ++wg) {
-        cutlass::arch::NamedBarrier::sync(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqFull0, wg));
+      if constexpr (kDeterministic) {
+        // A key block's turn at a query block comes after the previous key block's sums are in, so
+        // the time from one turn to the next is on the query block's critical path: the writer
+        // waits for the turn before the staging buffers fill, adds both warpgroups' shares back to
+        // back and hands the turn on with one release.
         if (lane0) {
-          if (kDeterministic && wg == 0) {
-            const int order =
-                n_block_range(p.mask, m, Traits::kBlockM, Traits::kBlockN, t.seqlen_q, t.seqlen_k).end - 1 - t.n_block;
-            while (load_acquire(semaphore) != order) __nanosleep(64);
-            asm volatile("fence.proxy.async.global;\n" ::: "memory");
-          }
-          const int offset = wg * Traits::kDqFloatsPerWarpgroup;
-          bulk_reduce_add(dq + offset, smem.dq.data() + offset, kShareBytes);
-          bulk_commit();
-          bulk_wait_read();
+          const int order =
+              n_block_range(p.mask, m, Traits::kBlockM, Traits::kBlockN, t.seqlen_q, t.seqlen_k).end - 1 - t.n_block;
+          while (load_acquire(semaphore) != order) __nanosleep(32);
         }
         __syncwarp();
-        if (!last) announce_empty(wg);
-      }
-      if (kDeterministic && lane0) {  // the next key block may add once these sums are in
-        bulk_wait_complete();
-        __threadfence();
-        atomicAdd(semaphore, 1);
+        for (int wg = 0; wg < Traits::kMmaWarpgroups; ++wg) {
+          cutlass::arch::NamedBarrier::sync(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqFull0, wg));
+          if (lane0) {
+            if (wg == 0) asm volatile("fence.proxy.async.global;\n" ::: "memory");
+            const int offset = wg * Traits::kDqFloatsPerWarpgroup;
+            bulk_reduce_add(dq + offset, smem.dq.data() + offset, kShareBytes);
+            bulk_commit();
+          }
+        }
+        if (lane0) bulk_wait_read();
+        __syncwarp();
+        for (int wg = 0; wg < Traits::kMmaWarpgroups && !last; ++wg) announce_empty(wg);
+        if (lane0) {  // the next key block may add once these sums are in
+          bulk_wait_complete();
+          release_add(semaphore, 1);
+        }
+      } else {
+        for (int wg = 0; wg < Traits::kMmaWarpgroups; ++wg) {
+          cutlass::arch::NamedBarrier::sync(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqFull0, wg));
+          if (lane0) {
+            const int offset = wg * Traits::kDqFloatsPerWarpgroup;
+            bulk_reduce_add(dq + offset, smem.dq.data() + offset, kShareBytes);
+            bulk_commit();
+            bulk_wait_read();
+          }
+          __syncwarp();
+          if (!last) announce_empty(wg);
+        }
       }
       ++done;
     }
@@ -341,7 +372,6 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
         cutlass::arch::NamedBarrier::sync(Traits::kMmaThreads, barrier_id(BwdBarrier::kScoresPublished));
       }
     };
-    const int warpgroup = thread / kWgThreads;
     typename Traits::PipelineState state;
     smem.kv_full.wait(0);
     for (int g = t.first_head; g < t.end_head; ++g) {
@@ -417,6 +447,9 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
 
         // Hand the partial dQ to the writer warp in register order, once it has read out the last
         // block's: conflict-free stores, and the postprocess kernel reads the same order back.
+        // Read again each block: kept in a register across the loop, the handoff's barrier ids were
+        // spilled to local memory at d64 (two loads a block).
+        const int warpgroup = static_cast<int>(thread_index_x_uncached()) / kWgThreads - 1;
         cutlass::arch::NamedBarrier::sync(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqEmpty0, warpgroup));
         float* dq = smem.dq.data();
         static_assert(decltype(size(tdQrdQ))::value % 4 == 0, "dQ values move in groups of four");
