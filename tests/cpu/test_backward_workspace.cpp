@@ -170,33 +170,56 @@ TEST(BackwardWorkspace, NoKeySumsWithoutGqa) {
   EXPECT_EQ(BackwardWorkspace::kv_bytes_for(p, kHeadDim), 0u);
 }
 
+// The default mode's grid at 2k (d128: 32 query blocks of 64 rows).
+BackwardGridShape grid(int key_blocks, int sms) { return {key_blocks, 32, sms, false}; }
+
 TEST(BackwardHeadSlices, UnderAMaskWidenTheGridUpToTheTargetAndDivideTheGroup) {
   Problem p = fixed_problem(8, 2048, 32);
   p.mask = BandMask::from_args(true, -1, -1);
   p.heads_kv = 1;  // MQA 32/1: 16 key blocks x 8 sequences = 128 CTAs without slices
-  const int slices = backward_head_slices(p, 16, 132);
+  const int slices = backward_head_slices(p, grid(16, 132));
   EXPECT_EQ(32 % slices, 0);
   EXPECT_GE(128LL * slices, kTargetWaves * 132LL);
   EXPECT_LT(128LL * slices / 2, kTargetWaves * 132LL) << "the smallest such divisor";
   p.heads_kv = 8;  // 4 heads a group, 1024 CTAs
-  EXPECT_EQ(backward_head_slices(p, 16, 132), 2);
+  EXPECT_EQ(backward_head_slices(p, grid(16, 132)), 2);
   p.heads_kv = 32;  // no GQA
-  EXPECT_EQ(backward_head_slices(p, 16, 132), 1);
+  EXPECT_EQ(backward_head_slices(p, grid(16, 132)), 1);
   p.heads_kv = 4;  // 8 a group, already a wide grid: one slice
-  EXPECT_EQ(backward_head_slices(p, 1024, 132), 1);
-  EXPECT_EQ(backward_head_slices(p, 1, 132), 8) << "never more slices than heads";
-  EXPECT_EQ(backward_head_slices(p, 16, 0), 1) << "unknown SM count: one slice";
+  EXPECT_EQ(backward_head_slices(p, grid(1024, 132)), 1);
+  EXPECT_EQ(backward_head_slices(p, grid(1, 132)), 8) << "never more slices than heads";
+  EXPECT_EQ(backward_head_slices(p, grid(16, 0)), 1) << "unknown SM count: one slice";
 }
 
 TEST(BackwardHeadSlices, WithoutAMaskOnlyWhereTheyShortenTheWaves) {
   Problem p = fixed_problem(8, 2048, 32);
   p.heads_kv = 1;  // 128 CTAs fill one wave: two slices would still take one
-  EXPECT_EQ(backward_head_slices(p, 16, 132), 1);
+  EXPECT_EQ(backward_head_slices(p, grid(16, 132)), 1);
   p.heads_kv = 8;  // 1024 CTAs, 7.8 waves
-  EXPECT_EQ(backward_head_slices(p, 16, 132), 1);
+  EXPECT_EQ(backward_head_slices(p, grid(16, 132)), 1);
   p = fixed_problem(1, 2048, 32);
   p.heads_kv = 1;  // one sequence: 16 CTAs; 8 slices make 128, one wave of 8 times shorter CTAs
-  EXPECT_EQ(backward_head_slices(p, 16, 132), 8);
+  EXPECT_EQ(backward_head_slices(p, grid(16, 132)), 8);
+}
+
+TEST(BackwardHeadSlices, DeterministicUnderAMaskBoundTheLongestCta) {
+  Problem p = fixed_problem(1, 16384, 64);
+  p.mask = BandMask::from_args(true, -1, -1);
+  p.heads_kv = 8;  // 8 heads a group, 128 key blocks: the wave rule alone takes two slices
+  const BackwardGridShape default_mode{128, 256, 132, false};
+  EXPECT_EQ(backward_head_slices(p, default_mode), 2);
+  BackwardGridShape deterministic = default_mode;
+  deterministic.deterministic = true;
+  EXPECT_EQ(backward_head_slices(p, deterministic), 8) << "256 query blocks: one head a CTA";
+  deterministic.query_blocks = 64;  // 4k: two heads of 64 blocks
+  EXPECT_EQ(backward_head_slices(p, deterministic), 4);
+  deterministic.query_blocks = 32;  // 2k: the wave rule's 4 heads make 128 blocks
+  p.batch = 8;
+  deterministic.key_blocks = 16;
+  EXPECT_EQ(backward_head_slices(p, deterministic), 2);
+  p.mask = BandMask{};  // without a mask the CTAs of a head are alike: the wave rule alone
+  deterministic.query_blocks = 256;
+  EXPECT_EQ(backward_head_slices(p, deterministic), backward_head_slices(p, BackwardGridShape{16, 256, 132, false}));
 }
 
 }  // namespace

@@ -17,16 +17,34 @@ namespace hopattn {
 // - Without one every CTA has the same work: slices pay only where they shorten the grid's waves,
 //   ceil(ctas * slices / sms) / slices, by a tenth (non-causal 32/1, 32/4, 64/8 at 2k/8k lost
 //   1-7% with eight waves' worth of slices, their grids already being full).
+// - In deterministic mode under a mask, a KV head's key blocks are launched highest first (the
+//   dQ order, bwd_grid_order.hpp), so its longest CTA (key block 0, every query block) comes last,
+//   and the grid's last CTAs are the longest ones: slices also bound a CTA's query blocks (heads of
+//   its slice times query blocks of a head) to kMaxDeterministicCtaBlocks. Measured (d128, causal,
+//   8k/16k, one head a CTA against the rule above): 64/8 0.78 / 0.72 -> 0.85 / 0.87 of the default
+//   mode's speed, 32/4 0.83 / 0.81 -> 0.83 / 0.88, 32/1 0.84 / 0.82 -> 0.84 / 0.89; at 2k, where
+//   the CTAs are short already, one head a CTA lost (the slices add dK and dV one after another).
 inline constexpr int kTargetWaves = 8;
+inline constexpr int kMaxDeterministicCtaBlocks = 128;
 
-inline int backward_head_slices(const Problem& p, int key_blocks, int sms) {
+struct BackwardGridShape {
+  int key_blocks;       // per (KV head, sequence)
+  int query_blocks;     // per query head and sequence, at most
+  int multiprocessors;  // 0 if unknown
+  bool deterministic;
+};
+
+inline int backward_head_slices(const Problem& p, const BackwardGridShape& grid) {
   const int group = p.heads_kv > 0 ? p.heads / p.heads_kv : 1;
+  const int sms = grid.multiprocessors;
   if (group <= 1 || sms <= 0) return 1;
-  const long long ctas = static_cast<long long>(key_blocks) * p.heads_kv * p.batch;
+  const long long ctas = static_cast<long long>(grid.key_blocks) * p.heads_kv * p.batch;
   if (!p.mask.unbounded() || p.varlen()) {
     const long long target = static_cast<long long>(kTargetWaves) * sms;
     for (int slices = 1; slices < group; ++slices) {
-      if (group % slices == 0 && ctas * slices >= target) return slices;
+      if (group % slices != 0 || ctas * slices < target) continue;
+      const long long cta_blocks = static_cast<long long>(group / slices) * grid.query_blocks;
+      if (!grid.deterministic || cta_blocks <= kMaxDeterministicCtaBlocks) return slices;
     }
     return group;
   }

@@ -24,7 +24,7 @@ namespace backward_launch_detail {
 
 template <class Traits>
 BackwardParams<Traits> make_backward_params(const Problem& p, const BackwardTensors& t, void* workspace,
-                                            int head_slices, bool deterministic) {
+                                            int head_slices, bool deterministic, long long l2_bytes) {
   using namespace cute;
   using Element = typename Traits::Element;
   const bool varlen = p.varlen();
@@ -57,6 +57,16 @@ BackwardParams<Traits> make_backward_params(const Problem& p, const BackwardTens
   params.scale_log2 = p.softmax_scale * kLog2e;
   params.head_slices = head_slices;
   params.deterministic = deterministic;
+  // What a unit (a slice of a KV head's group, one sequence) streams: Q, dO and the fp32 dQ
+  // accumulator of its query heads, and its K and V. Under a mask a unit's key blocks are units of
+  // their own (section_units = 1: bwd_grid_order.hpp says why).
+  const long long query_bytes_per_token = static_cast<long long>(p.head_dim) * (2 * sizeof(Element) + sizeof(float));
+  const long long bytes_per_unit = static_cast<long long>(p.heads / p.heads_kv / head_slices) * p.max_seqlen_q *
+                                       query_bytes_per_token +
+                                   2LL * p.max_seqlen_k * p.head_dim * static_cast<long long>(sizeof(Element));
+  params.section_units = p.mask.unbounded()
+                              ? backward_section_units(bytes_per_unit, l2_bytes, head_slices * p.heads_kv * p.batch)
+                              : 1;
   return params;
 }
 
@@ -76,9 +86,10 @@ cudaError_t launch_backward_kernels(const Problem& problem, const BackwardTensor
   const dim3 query_blocks = blocks_of(Traits::kBlockM);
   const bool has_queries = query_blocks.x > 0;
   const int key_blocks = backward_key_blocks(problem, Traits::kBlockN);
-  const int head_slices = has_queries ? backward_head_slices(problem, key_blocks, device.multiprocessors) : 1;
+  const BackwardGridShape grid_shape{key_blocks, static_cast<int>(query_blocks.x), device.multiprocessors, deterministic};
+  const int head_slices = has_queries ? backward_head_slices(problem, grid_shape) : 1;
   const BackwardParams<Traits> params =
-      make_backward_params<Traits>(problem, tensors, workspace, head_slices, deterministic);
+      make_backward_params<Traits>(problem, tensors, workspace, head_slices, deterministic, device.l2_bytes);
 
   if (head_slices > 1) {  // the slices add dK and dV into zeroed sums
     const BackwardWorkspace& ws = params.workspace;

@@ -5,6 +5,7 @@
 #include <cute/tensor.hpp>
 
 #include "kernels/common/problem.hpp"
+#include "kernels/bwd/bwd_grid_order.hpp"
 #include "kernels/bwd/bwd_workspace.hpp"
 #include "kernels/common/block_range.hpp"
 #include "kernels/common/tma_tensors.cuh"
@@ -43,6 +44,7 @@ struct BackwardParams {
   BackwardWorkspace workspace;
   float scale_log2;  // softmax_scale * log2(e)
   int head_slices;   // CTAs per (key block, KV head): see bwd_head_slices.hpp
+  int section_units;  // deterministic grid order: units per L2 section (bwd_grid_order.hpp)
   bool deterministic;
 };
 
@@ -71,12 +73,8 @@ struct BackwardTile {
   }
 };
 
-// The grid is one-dimensional, (key block, head slice, KV head, batch), key block fastest: the CTAs
-// of one slice run together and share its Q and dO in L2; measured on the H200 under a causal mask, this
-// beat longest-first (key block slowest) at every seqlen, +29% at 2k and +3% at 16k
-// (docs/perf-log.md). In deterministic mode the key blocks of a head come in descending order, so
-// that every key block a CTA waits for (see backward_dq_writer) was launched before it; so were
-// the lower slices of its key block, which add their dK and dV first.
+// The grid is one-dimensional over (key block, head slice, KV head, batch), in the order of
+// backward_grid_coord (bwd_grid_order.hpp).
 HOPATTN_HOST_DEVICE int backward_key_blocks(const Problem& p, int block_n) {
   return (p.max_seqlen_k + block_n - 1) / block_n;
 }
@@ -86,11 +84,12 @@ CUTE_DEVICE BackwardTile make_backward_tile(const BackwardParams<Traits>& params
   const Problem& p = params.problem;
   const int key_blocks = backward_key_blocks(p, Traits::kBlockN);
   BackwardTile t;
-  const int key_block = blockIdx.x % key_blocks;
-  t.n_block = params.deterministic ? key_blocks - 1 - key_block : key_block;
-  const int rest = blockIdx.x / key_blocks;  // slice + head_slices * (head_kv + heads_kv * batch)
-  t.slice = rest % params.head_slices;
-  const int pair = rest / params.head_slices;
+  const int units = params.head_slices * p.heads_kv * p.batch;
+  const BackwardGridCoord c =
+      backward_grid_coord(blockIdx.x, key_blocks, units, params.deterministic, params.section_units);
+  t.n_block = c.n_block;
+  t.slice = c.unit % params.head_slices;
+  const int pair = c.unit / params.head_slices;
   t.head_kv = pair % p.heads_kv;
   t.batch = pair / p.heads_kv;
   const int heads_per_slice = p.heads / p.heads_kv / params.head_slices;
