@@ -58,8 +58,8 @@ BackwardParams<Traits> make_backward_params(const Problem& p, const BackwardTens
   params.head_slices = head_slices;
   params.deterministic = deterministic;
   // What a unit (a slice of a KV head's group, one sequence) streams: Q, dO and the fp32 dQ
-  // accumulator of its query heads, and its K and V. Under a mask a unit's key blocks are units of
-  // their own (section_units = 1: bwd_grid_order.hpp says why).
+  // accumulator of its query heads, and its K and V. Under a mask every unit is a section of its
+  // own (section_units = 1, the key-block-fastest order: bwd_grid_order.hpp says why).
   const long long query_bytes_per_token = static_cast<long long>(p.head_dim) * (2 * sizeof(Element) + sizeof(float));
   const long long bytes_per_unit = static_cast<long long>(p.heads / p.heads_kv / head_slices) * p.max_seqlen_q *
                                        query_bytes_per_token +

@@ -143,12 +143,12 @@ CUTE_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::
 CUTE_DEVICE void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 // The committed bulk operations have completed, their writes to global memory included.
 CUTE_DEVICE void bulk_wait_complete() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-// Adds two floats to `global` (8-byte aligned) with one vector reduction.
 // Adds to a semaphore with release semantics: this thread's earlier writes, the completed bulk
 // reduce-adds included, are visible to whoever acquires the new value.
 CUTE_DEVICE void release_add(int32_t* global, int value) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(global), "r"(value) : "memory");
 }
+// Adds two floats to `global` (8-byte aligned) with one vector reduction.
 CUTE_DEVICE void reduce_add2(float* global, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(global), "f"(a), "f"(b) : "memory");
 }
