@@ -15,8 +15,13 @@ for round in $(seq 1 "$rounds"); do
   for variant in "$@"; do
     name=${variant%%=*} library=${variant#*=}
     json="$out/$name-$round.json"
+    # A build inside a source tree (try_patches' variants) is timed by that tree's compare.py, whose
+    # Python package matches the library's C ABI (a patch may add fields to it).
+    tree=${library%/build/src/libhopattn.so}
+    compare=bench/compare.py
+    [[ $tree != "$library" && -f $tree/bench/compare.py ]] && compare=$tree/bench/compare.py
     # shellcheck disable=SC2086  # the compare arguments are meant to split
-    eval HOPATTN_LIBRARY="$library" python3 bench/compare.py run --json "$json" --peers cudnn $args \
+    eval HOPATTN_LIBRARY="$library" python3 "$compare" run --json "$json" --peers cudnn $args \
       > "$out/$name-$round.log" 2>&1 || echo "ab_compare: $name round $round failed (see $json's log)"
     python3 - "$json" "$name" "$args" <<'EOF'
 import json, os, sys

@@ -4,7 +4,8 @@
 # built beside the others (bf16 only, the given head dims); then the GPU suite (GTEST_FILTER narrows it) on every variant, and an A/B of
 # all of them with tools/ab_compare.sh (hopattn / cuDNN tables per variant). Usage:
 #   tools/try_patches.sh OUT_DIR CUTLASS_INCLUDE_DIR HEADDIMS STEPS "COMPARE_ARGS" NAME=PATCH[+PATCH...]...
-# with HEADDIMS a CMake list ("64;128;256"), STEPS a comma list of build,tests,ab, e.g.
+# with HEADDIMS a CMake list ("64;128;256"), STEPS a comma list of build,tests,ab,decode (decode:
+# bench/compare.py decode of each variant's own tree, with DECODE_ARGS, default --quick), e.g.
 #   tools/try_patches.sh out "$CUTLASS" "64;128;256" build,tests,ab \
 #     "--direction bwd --hdims 64,128 --seqlens 2048,8192 --dtype bf16" \
 #     uniform=docs/wip/backward-uniform-descriptors.patch slices=docs/wip/backward-gqa-head-slices.patch
@@ -47,6 +48,14 @@ if has tests; then
     timeout 200 "$root/$name/build/tests/hopattn_gpu_tests" ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} > "$log" 2>&1
     echo "gpu tests $name: exit $? ($(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+ tests?' "$log" | tr '\n' ' '))"
     grep -E '^\[  FAILED  \] [A-Z]' "$log" | head -10
+  done
+fi
+if has decode; then
+  for name in "${names[@]}"; do
+    # shellcheck disable=SC2086  # the decode arguments are meant to split
+    HOPATTN_LIBRARY="$root/$name/build/src/libhopattn.so" python3 "$root/$name/bench/compare.py" decode \
+      --json "$out/$name-decode.json" ${DECODE_ARGS:---quick} > "$out/$name-decode.log" 2>&1
+    echo "decode $name: exit $?"; tail -25 "$out/$name-decode.log"
   done
 fi
 if has ab; then
