@@ -4,8 +4,11 @@
 # built beside the others (bf16 only, the given head dims); then the GPU suite (GTEST_FILTER narrows it) on every variant, and an A/B of
 # all of them with tools/ab_compare.sh (hopattn / cuDNN tables per variant). Usage:
 #   tools/try_patches.sh OUT_DIR CUTLASS_INCLUDE_DIR HEADDIMS STEPS "COMPARE_ARGS" NAME=PATCH[+PATCH...]...
-# with HEADDIMS a CMake list ("64;128;256"), STEPS a comma list of build,tests,ab,decode (decode:
-# bench/compare.py decode of each variant's own tree, with DECODE_ARGS, default --quick), e.g.
+# with HEADDIMS a CMake list ("64;128;256"), STEPS a comma list of build,tests,ab,decode,prefill
+# (decode: bench/compare.py decode of each variant's own tree, with DECODE_ARGS, default --quick;
+# prefill: its chunked_prefill mode, with PREFILL_ARGS, default --quick), and sanitize
+# (compute-sanitizer memcheck, racecheck and synccheck on the GPU tests SANITIZE_FILTER names, for
+# every variant but main), e.g.
 #   tools/try_patches.sh out "$CUTLASS" "64;128;256" build,tests,ab \
 #     "--direction bwd --hdims 64,128 --seqlens 2048,8192 --dtype bf16" \
 #     uniform=docs/wip/backward-uniform-descriptors.patch slices=docs/wip/backward-gqa-head-slices.patch
@@ -50,6 +53,17 @@ if has tests; then
     grep -E '^\[  FAILED  \] [A-Z]' "$log" | head -10
   done
 fi
+if has sanitize; then
+  for name in "${names[@]}"; do
+    [[ $name == main ]] && continue
+    for tool in memcheck racecheck synccheck; do
+      log=$out/$name-$tool.log
+      timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 1 "$root/$name/build/tests/hopattn_gpu_tests" \
+        --gtest_filter="${SANITIZE_FILTER:?sanitize needs SANITIZE_FILTER}" > "$log" 2>&1
+      echo "$tool $name: exit $? ($(grep -E 'ERROR SUMMARY|^\[  PASSED|^\[  FAILED  \] [0-9]+ tests?' "$log" | tr '\n' ' '))"
+    done
+  done
+fi
 if has decode; then
   for name in "${names[@]}"; do
     # shellcheck disable=SC2086  # the decode arguments are meant to split
@@ -62,4 +76,12 @@ if has ab; then
   libraries=()
   for name in "${names[@]}"; do libraries+=("$name=$root/$name/build/src/libhopattn.so"); done
   tools/ab_compare.sh "$out/ab" "${AB_ROUNDS:-2}" "$compare_args" "${libraries[@]}"
+fi
+if has prefill; then
+  for name in "${names[@]}"; do
+    # shellcheck disable=SC2086  # the arguments are meant to split
+    HOPATTN_LIBRARY="$root/$name/build/src/libhopattn.so" python3 "$root/$name/bench/compare.py" chunked_prefill \
+      --json "$out/$name-prefill.json" ${PREFILL_ARGS:---quick} > "$out/$name-prefill.log" 2>&1
+    echo "chunked prefill $name: exit $?"; tail -25 "$out/$name-prefill.log"
+  done
 fi
