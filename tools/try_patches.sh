@@ -8,7 +8,7 @@
 # (decode: bench/compare.py decode of each variant's own tree, with DECODE_ARGS, default --quick;
 # prefill: its chunked_prefill mode, with PREFILL_ARGS, default --quick), and sanitize
 # (compute-sanitizer memcheck, racecheck and synccheck on the GPU tests SANITIZE_FILTER names, for
-# every variant but main), e.g.
+# every variant but main; TESTS_TIMEOUT, default 200 s, bounds the suite per variant), e.g.
 #   tools/try_patches.sh out "$CUTLASS" "64;128;256" build,tests,ab \
 #     "--direction bwd --hdims 64,128 --seqlens 2048,8192 --dtype bf16" \
 #     uniform=docs/wip/backward-uniform-descriptors.patch slices=docs/wip/backward-gqa-head-slices.patch
@@ -48,7 +48,7 @@ fi
 if has tests; then
   for name in "${names[@]}"; do
     log=$out/$name-gpu-tests.log
-    timeout 200 "$root/$name/build/tests/hopattn_gpu_tests" ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} > "$log" 2>&1
+    timeout "${TESTS_TIMEOUT:-200}" "$root/$name/build/tests/hopattn_gpu_tests" ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} > "$log" 2>&1
     echo "gpu tests $name: exit $? ($(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+ tests?' "$log" | tr '\n' ' '))"
     grep -E '^\[  FAILED  \] [A-Z]' "$log" | head -10
   done
