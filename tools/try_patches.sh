@@ -64,24 +64,21 @@ if has sanitize; then
     done
   done
 fi
-if has decode; then
+# One compare.py mode on every variant, each with its own tree's compare.py (a patch may change
+# the Python package too): run_mode MODE LABEL ARGS.
+run_mode() {
+  local mode=$1 label=$2 args=$3
   for name in "${names[@]}"; do
-    # shellcheck disable=SC2086  # the decode arguments are meant to split
-    HOPATTN_LIBRARY="$root/$name/build/src/libhopattn.so" python3 "$root/$name/bench/compare.py" decode \
-      --json "$out/$name-decode.json" ${DECODE_ARGS:---quick} > "$out/$name-decode.log" 2>&1
-    echo "decode $name: exit $?"; tail -25 "$out/$name-decode.log"
+    # shellcheck disable=SC2086  # the mode's arguments are meant to split
+    HOPATTN_LIBRARY="$root/$name/build/src/libhopattn.so" python3 "$root/$name/bench/compare.py" "$mode" \
+      --json "$out/$name-$label.json" $args > "$out/$name-$label.log" 2>&1
+    echo "$mode $name: exit $?"; tail -25 "$out/$name-$label.log"
   done
-fi
+}
+if has decode; then run_mode decode decode "${DECODE_ARGS:---quick}"; fi
 if has ab; then
   libraries=()
   for name in "${names[@]}"; do libraries+=("$name=$root/$name/build/src/libhopattn.so"); done
   tools/ab_compare.sh "$out/ab" "${AB_ROUNDS:-2}" "$compare_args" "${libraries[@]}"
 fi
-if has prefill; then
-  for name in "${names[@]}"; do
-    # shellcheck disable=SC2086  # the arguments are meant to split
-    HOPATTN_LIBRARY="$root/$name/build/src/libhopattn.so" python3 "$root/$name/bench/compare.py" chunked_prefill \
-      --json "$out/$name-prefill.json" ${PREFILL_ARGS:---quick} > "$out/$name-prefill.log" 2>&1
-    echo "chunked prefill $name: exit $?"; tail -25 "$out/$name-prefill.log"
-  done
-fi
+if has prefill; then run_mode chunked_prefill prefill "${PREFILL_ARGS:---quick}"; fi
