@@ -441,13 +441,15 @@ def _first(x):
     return x[0] if isinstance(x, (tuple, list)) else x
 
 
-def make_hopattn(torch, p, t, deterministic):
+def make_hopattn(torch, p, t, deterministic, **options):
+    """hopattn's call on the problem's tensors; `options` are further keywords of hopattn.attention
+    (num_splits, pack_gqa: the decode layout)."""
     import hopattn
 
     if p.varlen:
         return lambda: hopattn.attention_varlen(t.q, t.k, t.v, t.cu, t.cu, t.max_seqlen, t.max_seqlen, causal=p.causal,
-                                                deterministic=deterministic)
-    return lambda: hopattn.attention(t.q, t.k, t.v, causal=p.causal, deterministic=deterministic)
+                                                deterministic=deterministic, **options)
+    return lambda: hopattn.attention(t.q, t.k, t.v, causal=p.causal, deterministic=deterministic, **options)
 
 
 SDPA_BACKENDS = {"cudnn": "CUDNN_ATTENTION", "fa2": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION"}

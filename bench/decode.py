@@ -284,7 +284,7 @@ def run_problem(torch, p, a, impls, log):
     for impl in impls:
         try:
             if impl == "hopattn":
-                calls = [compare.make_hopattn(torch, p, t, False) for t in copies]
+                calls = [compare.make_hopattn(torch, p, t, False, **hopattn_options(a)) for t in copies]
             else:
                 calls = [SDPA_PEERS[impl](torch, p, t) for t in copies]
             out = calls[0]()
@@ -313,6 +313,15 @@ def run_problem(torch, p, a, impls, log):
     del checker, copies
     torch.cuda.empty_cache()
     return rows
+
+
+PACK_GQA = {"auto": None, "on": True, "off": False}
+
+
+def hopattn_options(a):
+    """hopattn.attention's decode-layout keywords from the command line (the library's choice by
+    default)."""
+    return {"num_splits": a.num_splits, "pack_gqa": PACK_GQA[a.pack_gqa]}
 
 
 def _head_pairs(text):
@@ -359,6 +368,10 @@ def parser():
     parser.add_argument("--reps", type=int, default=50, help=f"graph replays per measurement; the time is the "
                         f"median of {MEASUREMENTS} measurements (default 50)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-splits", type=int, default=0, help="hopattn's key splits per query tile: 0 "
+                        "(default) lets the library choose, 1 never splits, n > 1 asks for n (A/B of its choice)")
+    parser.add_argument("--pack-gqa", choices=sorted(PACK_GQA), default="auto",
+                        help="hopattn's packed GQA heads: auto (default, the library's choice), on or off")
     return parser
 
 

@@ -60,6 +60,10 @@ typedef struct hopattn_forward_args {
   int32_t window_left;  /* -1: unbounded */
   int32_t window_right; /* -1: unbounded */
   hopattn_varlen varlen;
+  /* Added after 0.1.0 (see hopattn.hpp, ForwardArgs): key splits per query tile (0: chosen, 1: never,
+   * n > 1: up to n; splits need the workspace) and GQA head packing (-1: chosen, 0: off, 1: on). */
+  int32_t num_splits;
+  int32_t pack_gqa;
 } hopattn_forward_args;
 
 typedef struct hopattn_backward_args {

@@ -96,6 +96,11 @@ struct Varlen {
 // softmax_scale == 0 selects 1/sqrt(head_dim).
 inline constexpr float kDefaultSoftmaxScale = 0.0f;
 
+// Whether the forward packs the query heads of a GQA group into the rows of one tile, so that
+// each K/V block is loaded once for all of them (see docs/semantics.md, "Key splits and packed
+// heads"). kAuto packs where that needs fewer tiles (a few query rows per sequence: decode).
+enum class PackGqa : int32_t { kAuto = -1, kOff = 0, kOn = 1 };
+
 struct ForwardArgs {
   Tensor q;    // (batch, seqlen_q, H, d)
   Tensor k;    // (batch, seqlen_k, H_kv, d)
@@ -105,6 +110,12 @@ struct ForwardArgs {
   float softmax_scale = kDefaultSoftmaxScale;
   Mask mask;
   Varlen varlen;
+  // How one query tile's keys are spread over the GPU (see docs/semantics.md): 0 lets the library
+  // choose, 1 never splits, n > 1 splits them into up to n pieces merged afterwards. Splits need
+  // the workspace (forward_workspace_size() counts them); forward() without one never splits.
+  // Results agree with the unsplit ones within rounding and are the same on every run.
+  int32_t num_splits = 0;
+  PackGqa pack_gqa = PackGqa::kAuto;
 };
 
 struct BackwardArgs {

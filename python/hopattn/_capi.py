@@ -128,6 +128,8 @@ class ForwardArgs(ctypes.Structure):
         ("window_left", ctypes.c_int32),
         ("window_right", ctypes.c_int32),
         ("varlen", Varlen),
+        ("num_splits", ctypes.c_int32),
+        ("pack_gqa", ctypes.c_int32),
     ]
 
 
@@ -167,7 +169,7 @@ def _padded(fmt: str, ctype) -> struct.Struct:
     return struct.Struct("@" + fmt + (f"{pad}x" if pad else ""))
 
 
-_FORWARD = _padded("N" + _TENSOR_FMT * 5 + _COMMON_TAIL_FMT, ForwardArgs)
+_FORWARD = _padded("N" + _TENSOR_FMT * 5 + _COMMON_TAIL_FMT + "2i", ForwardArgs)
 _BACKWARD = _padded("N" + _TENSOR_FMT * 9 + _COMMON_TAIL_FMT + "i", BackwardArgs)
 FORWARD_ARGS_SIZE = ctypes.sizeof(ForwardArgs)
 BACKWARD_ARGS_SIZE = ctypes.sizeof(BackwardArgs)
@@ -186,6 +188,8 @@ def _check_layouts() -> None:
             ("lse", "N" + tensor * 4),
             ("softmax_scale", "N" + tensor * 5),
             ("varlen", "N" + tensor * 5 + "f3i"),
+            ("num_splits", "N" + tensor * 5 + _COMMON_TAIL_FMT),
+            ("pack_gqa", "N" + tensor * 5 + _COMMON_TAIL_FMT + "i"),
         ],
         BackwardArgs: [
             ("dv", "N" + tensor * 8),
@@ -215,15 +219,21 @@ def tensor_fields(data: int, dtype: int, shape, stride) -> tuple:
 
 EMPTY_TENSOR = tensor_fields(0, BFLOAT16, (), ())
 EMPTY_VARLEN = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+PACK_GQA_AUTO = -1
 
 
-def pack_forward(q, k, v, o, lse, softmax_scale, causal, window_left, window_right, varlen=EMPTY_VARLEN) -> bytes:
+def pack_forward(
+    q, k, v, o, lse, softmax_scale, causal, window_left, window_right, varlen=EMPTY_VARLEN, num_splits=0,
+    pack_gqa=PACK_GQA_AUTO,
+) -> bytes:  # fmt: skip
     """hopattn_forward_args as bytes: q..lse are tensor_fields() tuples, varlen 10 values
     (cu_seqlens_q ptr, size, cu_seqlens_k ptr, size, seqused_q ptr, size, seqused_k ptr, size,
-    max_seqlen_q, max_seqlen_k)."""
+    max_seqlen_q, max_seqlen_k); num_splits (0: chosen) and pack_gqa (-1: chosen, 0: off, 1: on)
+    as in hopattn.h."""
     return _FORWARD.pack(
-        FORWARD_ARGS_SIZE, *q, *k, *v, *o, *lse, softmax_scale, causal, window_left, window_right, *varlen
-    )
+        FORWARD_ARGS_SIZE, *q, *k, *v, *o, *lse, softmax_scale, causal, window_left, window_right, *varlen,
+        num_splits, pack_gqa,
+    )  # fmt: skip
 
 
 def pack_backward(
@@ -306,7 +316,10 @@ def _check_library_layout(lib) -> None:
         args = ctype()
         ctypes.memset(ctypes.byref(args), 0x5A, ctypes.sizeof(args))
         getattr(lib, name)(ctypes.byref(args))
-        if args.struct_size != size or args.window_left != -1 or args.window_right != -1 or args.causal != 0:
+        defaults_differ = args.window_left != -1 or args.window_right != -1 or args.causal != 0
+        if ctype is ForwardArgs:
+            defaults_differ |= args.num_splits != 0 or args.pack_gqa != PACK_GQA_AUTO
+        if args.struct_size != size or defaults_differ:
             raise ImportError(
                 f"hopattn: {name} sets struct_size {args.struct_size} (Python expects {size}) or other defaults "
                 "this module does not expect: the library and the Python package come from different versions"

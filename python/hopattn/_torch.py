@@ -179,7 +179,12 @@ def forward_impl(
     causal: bool,
     window_left: int,
     window_right: int,
-) -> Tuple[Tensor, Tensor]:
+    num_splits: int = 0,
+    pack_gqa: int = _capi.PACK_GQA_AUTO,
+    with_lse: bool = True,
+) -> Tuple[Tensor, Optional[Tensor]]:
+    """(out, lse); with_lse=False skips the LSE (None): one allocation less per call where nobody
+    needs it (inference without gradients)."""
     _check_qkv(q, k, v)
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     code = _DTYPE_CODES[q.dtype]
@@ -190,23 +195,29 @@ def forward_impl(
         # Rows that no sequence covers (or beyond seqused) are not written by the library: they
         # read as rows that see no key, O = 0 and LSE = -inf.
         out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
-        lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
+        lse = None
+        if with_lse:
+            lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
         varlen_fields = _varlen_fields(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
     else:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+        lse = None
+        if with_lse:
+            lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
         varlen_fields = _capi.EMPTY_VARLEN
     args = _capi.pack_forward(
         _fields(q, code),
         _fields(k, code),
         _fields(v, code),
         _fields(out, code),
-        _fields(lse, _capi.FLOAT32),
+        _fields(lse, _capi.FLOAT32) if with_lse else _capi.EMPTY_TENSOR,
         float(softmax_scale),
         int(bool(causal)),
         int(window_left),
         int(window_right),
         varlen_fields,
+        int(num_splits),
+        int(pack_gqa),
     )
     with _OnDevice(q.device) as stream:
         # The size depends on the device (its SM count), hence inside the device scope.
@@ -302,12 +313,16 @@ def _forward_op(
     window_left: int,
     window_right: int,
     deterministic: bool,
+    num_splits: int,
+    pack_gqa: int,
 ) -> Tuple[Tensor, Tensor]:
-    return forward_impl(q, k, v, None, None, None, None, 0, 0, softmax_scale, causal, window_left, window_right)
+    return forward_impl(
+        q, k, v, None, None, None, None, 0, 0, softmax_scale, causal, window_left, window_right, num_splits, pack_gqa
+    )
 
 
 @_forward_op.register_fake
-def _forward_fake(q, k, v, softmax_scale, causal, window_left, window_right, deterministic):
+def _forward_fake(q, k, v, softmax_scale, causal, window_left, window_right, deterministic, num_splits, pack_gqa):
     _check_qkv(q, k, v)
     _check_rank(q, k, v, varlen=False)
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
@@ -329,17 +344,19 @@ def _forward_varlen_op(
     window_left: int,
     window_right: int,
     deterministic: bool,
+    num_splits: int,
+    pack_gqa: int,
 ) -> Tuple[Tensor, Tensor]:
     return forward_impl(
         q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k,
-        softmax_scale, causal, window_left, window_right,
+        softmax_scale, causal, window_left, window_right, num_splits, pack_gqa,
     )  # fmt: skip
 
 
 @_forward_varlen_op.register_fake
 def _forward_varlen_fake(
     q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k,
-    softmax_scale, causal, window_left, window_right, deterministic,
+    softmax_scale, causal, window_left, window_right, deterministic, num_splits, pack_gqa,
 ):  # fmt: skip
     _check_qkv(q, k, v)
     _check_rank(q, k, v, varlen=True)
@@ -407,7 +424,7 @@ def _backward_varlen_fake(
 
 
 def _setup_forward(ctx, inputs, output):
-    q, k, v, softmax_scale, causal, window_left, window_right, deterministic = inputs
+    q, k, v, softmax_scale, causal, window_left, window_right, deterministic, _num_splits, _pack_gqa = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.params = (softmax_scale, causal, window_left, window_right, deterministic)
@@ -417,7 +434,7 @@ def _setup_forward(ctx, inputs, output):
 def _backward_forward(ctx, dout, dlse):
     q, k, v, out, lse = ctx.saved_tensors
     dq, dk, dv = torch.ops.hopattn.backward(dout, q, k, v, out, lse, *ctx.params)
-    return dq, dk, dv, None, None, None, None, None
+    return (dq, dk, dv) + (None,) * 7
 
 
 _forward_op.register_autograd(_backward_forward, setup_context=_setup_forward)
@@ -425,7 +442,7 @@ _forward_op.register_autograd(_backward_forward, setup_context=_setup_forward)
 
 def _setup_forward_varlen(ctx, inputs, output):
     (q, k, v, cu_q, cu_k, used_q, used_k, max_q, max_k, softmax_scale, causal, window_left, window_right,
-     deterministic) = inputs  # fmt: skip
+     deterministic, _num_splits, _pack_gqa) = inputs  # fmt: skip
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_q, used_k)
     ctx.params = (max_q, max_k, softmax_scale, causal, window_left, window_right, deterministic)
@@ -435,7 +452,7 @@ def _setup_forward_varlen(ctx, inputs, output):
 def _backward_forward_varlen(ctx, dout, dlse):
     q, k, v, out, lse, cu_q, cu_k, used_q, used_k = ctx.saved_tensors
     dq, dk, dv = torch.ops.hopattn.backward_varlen(dout, q, k, v, out, lse, cu_q, cu_k, used_q, used_k, *ctx.params)
-    return (dq, dk, dv) + (None,) * 11
+    return (dq, dk, dv) + (None,) * 13
 
 
 _forward_varlen_op.register_autograd(_backward_forward_varlen, setup_context=_setup_forward_varlen)
@@ -446,8 +463,10 @@ _forward_varlen_op.register_autograd(_backward_forward_varlen, setup_context=_se
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, softmax_scale, causal, window_left, window_right, deterministic):
-        out, lse = forward_impl(q, k, v, None, None, None, None, 0, 0, softmax_scale, causal, window_left, window_right)
+    def forward(ctx, q, k, v, softmax_scale, causal, window_left, window_right, deterministic, num_splits, pack_gqa):
+        out, lse = forward_impl(
+            q, k, v, None, None, None, None, 0, 0, softmax_scale, causal, window_left, window_right, num_splits, pack_gqa
+        )
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.params = (softmax_scale, causal, window_left, window_right, deterministic)
         ctx.mark_non_differentiable(lse)
@@ -457,17 +476,19 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, dlse):
         if dout is None:  # out did not reach the loss
-            return (None,) * 8
+            return (None,) * 10
         q, k, v, out, lse = ctx.saved_tensors
         s, c, wl, wr, det = ctx.params
         dq, dk, dv = backward_impl(dout, q, k, v, out, lse, None, None, None, None, 0, 0, s, c, wl, wr, det)
-        return dq, dk, dv, None, None, None, None, None
+        return (dq, dk, dv) + (None,) * 7
 
 
 class _AttentionVarlen(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, cu_q, cu_k, used_q, used_k, max_q, max_k, softmax_scale, causal, wl, wr, det):
-        out, lse = forward_impl(q, k, v, cu_q, cu_k, used_q, used_k, max_q, max_k, softmax_scale, causal, wl, wr)
+    def forward(ctx, q, k, v, cu_q, cu_k, used_q, used_k, max_q, max_k, softmax_scale, causal, wl, wr, det, splits, pack):
+        out, lse = forward_impl(
+            q, k, v, cu_q, cu_k, used_q, used_k, max_q, max_k, softmax_scale, causal, wl, wr, splits, pack
+        )
         ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_q, used_k)
         ctx.params = (max_q, max_k, softmax_scale, causal, wl, wr, det)
         ctx.mark_non_differentiable(lse)
@@ -477,11 +498,11 @@ class _AttentionVarlen(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, dlse):
         if dout is None:
-            return (None,) * 14
+            return (None,) * 16
         q, k, v, out, lse, cu_q, cu_k, used_q, used_k = ctx.saved_tensors
         max_q, max_k, s, c, wl, wr, det = ctx.params
         dq, dk, dv = backward_impl(dout, q, k, v, out, lse, cu_q, cu_k, used_q, used_k, max_q, max_k, s, c, wl, wr, det)
-        return (dq, dk, dv) + (None,) * 11
+        return (dq, dk, dv) + (None,) * 13
 
 
 def _use_ops(*tensors) -> bool:
@@ -509,6 +530,11 @@ def _needs_grad(*tensors) -> bool:
 # --- public functions -----------------------------------------------------------------------------
 
 
+def _pack_gqa_code(pack_gqa) -> int:
+    """The C ABI's pack_gqa: -1 chosen by the library (None), 0 off, 1 on."""
+    return _capi.PACK_GQA_AUTO if pack_gqa is None else int(bool(pack_gqa))
+
+
 def _scale(softmax_scale) -> float:
     # 0 is the library's "default" (1/sqrt(head_dim)); None means the same.
     return 0.0 if softmax_scale is None else float(softmax_scale)
@@ -524,6 +550,8 @@ def attention(
     window_size: Tuple[int, int] = (-1, -1),
     deterministic: bool = False,
     return_lse: bool = False,
+    num_splits: int = 0,
+    pack_gqa: Optional[bool] = None,
 ):
     """Exact attention softmax(scale * Q K^T + mask) V on a Hopper GPU, differentiable in q, k, v.
 
@@ -544,6 +572,11 @@ def attention(
             A query that sees no key gets out = 0 and lse = -inf.
         deterministic: bitwise-reproducible backward.
         return_lse: also return the log-sum-exp.
+        num_splits: the forward's key splits per query tile (decode): 0 lets the library choose,
+            1 never splits, n > 1 splits into up to n pieces. Results agree within rounding and
+            repeat bitwise whatever it is.
+        pack_gqa: whether the forward packs a GQA group's query heads into one tile (decode);
+            None lets the library choose.
 
     Returns:
         out, (batch, seqlen_q, heads, head_dim) in q's dtype; with return_lse=True the pair
@@ -560,12 +593,16 @@ def attention(
     """
     window_left, window_right = _window(window_size)
     scale = _scale(softmax_scale)
+    layout = (int(num_splits), _pack_gqa_code(pack_gqa))
     if _use_ops(q, k, v):
-        out, lse = torch.ops.hopattn.forward(q, k, v, scale, bool(causal), window_left, window_right, bool(deterministic))
+        out, lse = torch.ops.hopattn.forward(
+            q, k, v, scale, bool(causal), window_left, window_right, bool(deterministic), *layout
+        )
     elif _needs_grad(q, k, v):
-        out, lse = _Attention.apply(q, k, v, scale, bool(causal), window_left, window_right, bool(deterministic))
+        out, lse = _Attention.apply(q, k, v, scale, bool(causal), window_left, window_right, bool(deterministic), *layout)
     else:
-        out, lse = forward_impl(q, k, v, None, None, None, None, 0, 0, scale, causal, window_left, window_right)
+        out, lse = forward_impl(q, k, v, None, None, None, None, 0, 0, scale, causal, window_left, window_right, *layout,
+                                with_lse=return_lse)
     return (out, lse) if return_lse else out
 
 
@@ -585,6 +622,8 @@ def attention_varlen(
     window_size: Tuple[int, int] = (-1, -1),
     deterministic: bool = False,
     return_lse: bool = False,
+    num_splits: int = 0,
+    pack_gqa: Optional[bool] = None,
 ):
     """Attention over a packed batch of variable-length sequences; differentiable in q, k, v.
 
@@ -599,6 +638,8 @@ def attention_varlen(
             the rest are neither read nor attended to.
         softmax_scale, causal, window_size, deterministic: as in attention(), with the mask
             aligned per sequence (shift = len_k(b) - len_q(b)).
+        num_splits, pack_gqa: as in attention(); the split layout depends only on the shapes and
+            max_seqlen_*, so a captured graph serves any seqused_k.
 
     Returns:
         out (total_q, heads, head_dim), or (out, lse) with return_lse=True, lse float32 of shape
@@ -618,10 +659,11 @@ def attention_varlen(
     scale = _scale(softmax_scale)
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, scale,
             bool(causal), window_left, window_right)  # fmt: skip
+    layout = (int(num_splits), _pack_gqa_code(pack_gqa))
     if _use_ops(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k):
-        out, lse = torch.ops.hopattn.forward_varlen(*args, bool(deterministic))
+        out, lse = torch.ops.hopattn.forward_varlen(*args, bool(deterministic), *layout)
     elif _needs_grad(q, k, v):
-        out, lse = _AttentionVarlen.apply(*args, bool(deterministic))
+        out, lse = _AttentionVarlen.apply(*args, bool(deterministic), *layout)
     else:
-        out, lse = forward_impl(*args)
+        out, lse = forward_impl(*args, *layout, with_lse=return_lse)
     return (out, lse) if return_lse else out

@@ -11,7 +11,8 @@ and return values are FlashAttention-3's:
   right = 0 (as FlashAttention-3 does, so causal with a right window is not an error here);
 - softmax_scale=None is 1/sqrt(head_dim); GQA/MQA by head counts; deterministic backward.
 Not supported (NotImplementedError, a RuntimeError): qv, q/k/v_descale (FP8), attention_chunk != 0,
-softcap != 0. num_splits, pack_gqa and sm_margin are performance hints; they are accepted and ignored.
+softcap != 0. num_splits (1: no split, 0: chosen, n: up to n key splits; they need no workspace from
+the caller) and pack_gqa (None: chosen) are honoured; sm_margin is accepted and ignored.
 Inputs whose last dimension is not contiguous are copied first, as FlashAttention-3 does.
 """
 
@@ -75,6 +76,8 @@ def flash_attn_func(
         window_size=_window(causal, window_size),
         deterministic=deterministic,
         return_lse=return_attn_probs,
+        num_splits=num_splits,
+        pack_gqa=pack_gqa,
     )
 
 
@@ -124,4 +127,6 @@ def flash_attn_varlen_func(
         window_size=_window(causal, window_size),
         deterministic=deterministic,
         return_lse=return_attn_probs,
+        num_splits=num_splits,
+        pack_gqa=pack_gqa,
     )

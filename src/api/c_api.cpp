@@ -87,7 +87,12 @@ Args common_args(const CArgs& a) {
   return out;
 }
 
-ForwardArgs to_forward_args(const hopattn_forward_args& a) { return common_args<hopattn_forward_args, ForwardArgs>(a); }
+ForwardArgs to_forward_args(const hopattn_forward_args& a) {
+  ForwardArgs out = common_args<hopattn_forward_args, ForwardArgs>(a);
+  out.num_splits = a.num_splits;
+  out.pack_gqa = static_cast<PackGqa>(a.pack_gqa);
+  return out;
+}
 
 BackwardArgs to_backward_args(const hopattn_backward_args& a) {
   BackwardArgs out = common_args<hopattn_backward_args, BackwardArgs>(a);
@@ -106,7 +111,10 @@ using hopattn::Status;
 
 extern "C" {
 
-void hopattn_forward_args_init(hopattn_forward_args* args) { hopattn::init_args(args); }
+void hopattn_forward_args_init(hopattn_forward_args* args) {
+  hopattn::init_args(args);
+  if (args != nullptr) args->pack_gqa = static_cast<int32_t>(hopattn::PackGqa::kAuto);
+}
 
 void hopattn_backward_args_init(hopattn_backward_args* args) { hopattn::init_args(args); }
 

@@ -321,6 +321,11 @@ Status check_all(const TensorCheck (&checks)[N]) {
 Status validate_forward(const ForwardArgs& a, Problem* p, ForwardTensors* t) {
   *p = Problem{};
   if (Status s = resolve_problem(a.q, a.k, a.softmax_scale, a.mask, a.varlen, p); !s.ok()) return s;
+  if (a.num_splits < 0) return invalid("num_splits is ", a.num_splits, " but must be >= 0 (0: chosen, 1: no split)");
+  const int pack = static_cast<int>(a.pack_gqa);
+  if (pack < -1 || pack > 1) return invalid("pack_gqa is ", pack, " but must be -1 (auto), 0 (off) or 1 (on)");
+  p->num_splits = a.num_splits;
+  p->pack_gqa = a.pack_gqa;
   const TensorCheck checks[] = {
       {&a.q, expect_q_like("q", *p), p->dtype, false},
       {&a.k, expect_k_like("k", *p), p->dtype, false},

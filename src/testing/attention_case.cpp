@@ -138,6 +138,8 @@ ForwardArgs AttentionCase::forward_args(const Outputs& out) const {
   a.softmax_scale = spec_.softmax_scale;
   a.mask = Mask{spec_.causal, spec_.window_left, spec_.window_right};
   a.varlen = varlen_args();
+  a.num_splits = spec_.num_splits;
+  a.pack_gqa = spec_.pack_gqa;
   return a;
 }
 

@@ -30,6 +30,9 @@ struct CaseSpec {
   std::vector<int> seqused_k;
   int row_padding = 0;  // extra elements in every row stride (multiple of 8): non-contiguous tensors
   uint64_t seed = 0;
+  // The forward's layout options (ForwardArgs): key splits and packed GQA heads.
+  int num_splits = 0;
+  PackGqa pack_gqa = PackGqa::kAuto;
 
   bool varlen() const { return !varlen_seqlens_q.empty(); }
 };

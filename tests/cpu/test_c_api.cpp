@@ -45,6 +45,8 @@ TEST(CApi, InitSetsSizeAndDefaults) {
   EXPECT_EQ(f.causal, 0);
   EXPECT_EQ(f.softmax_scale, 0.0f);
   EXPECT_EQ(f.q.data, nullptr);
+  EXPECT_EQ(f.num_splits, 0);  // the library chooses
+  EXPECT_EQ(f.pack_gqa, -1);
   hopattn_backward_args b;
   hopattn_backward_args_init(&b);
   EXPECT_EQ(b.struct_size, sizeof b);
@@ -86,6 +88,22 @@ TEST(CApi, ShorterStructFromAnOlderHeaderGetsDefaults) {
   a.struct_size = offsetof(hopattn_forward_args, causal);
   a.causal = 1;
   a.window_right = 5;  // would contradict causal if it were read
+  EXPECT_EQ(hopattn_forward(&a, nullptr), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("k.dtype"), std::string::npos) << hopattn_last_error();
+}
+
+TEST(CApi, DecodeLayoutFieldsReachTheLibrary) {
+  // The options are checked before the other tensors' dtypes, so each error names its field.
+  hopattn_forward_args a = forward_args_with_bad_k_dtype();
+  a.num_splits = -3;
+  EXPECT_EQ(hopattn_forward(&a, nullptr), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("num_splits is -3"), std::string::npos) << hopattn_last_error();
+  a.num_splits = 0;
+  a.pack_gqa = 9;
+  EXPECT_EQ(hopattn_forward(&a, nullptr), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("pack_gqa is 9"), std::string::npos) << hopattn_last_error();
+  // A struct from before the fields: they are not read (the defaults apply), whatever the bytes.
+  a.struct_size = offsetof(hopattn_forward_args, num_splits);
   EXPECT_EQ(hopattn_forward(&a, nullptr), HOPATTN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(hopattn_last_error()).find("k.dtype"), std::string::npos) << hopattn_last_error();
 }

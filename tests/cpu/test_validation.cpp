@@ -336,6 +336,20 @@ TEST(Validation, MaskAndScale) {
   expect_forward_invalid([](ForwardArgs& a) { a.softmax_scale = INFINITY; }, "softmax_scale is inf");
 }
 
+TEST(Validation, ForwardLayoutOptions) {
+  expect_forward_invalid([](ForwardArgs& a) { a.num_splits = -1; }, "num_splits is -1 but must be >= 0");
+  expect_forward_invalid([](ForwardArgs& a) { a.pack_gqa = static_cast<PackGqa>(7); },
+                         "pack_gqa is 7 but must be -1 (auto), 0 (off) or 1 (on)");
+  ForwardArgs a = valid_forward();
+  a.num_splits = 5;
+  a.pack_gqa = PackGqa::kOn;
+  Problem p;
+  ForwardTensors t;
+  ASSERT_TRUE(validate_forward(a, &p, &t).ok());
+  EXPECT_EQ(p.num_splits, 5);
+  EXPECT_EQ(p.pack_gqa, PackGqa::kOn);
+}
+
 TEST(Validation, Varlen) {
   auto varlen = valid_varlen_forward;
   expect_forward_invalid([](ForwardArgs& a) { a.varlen.cu_seqlens_k = {}; },

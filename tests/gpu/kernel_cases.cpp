@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iostream>
 #include <iterator>
 #include <limits>
 #include <utility>
 
+#include "api/device.hpp"
 #include "testing/device_buffer.hpp"
 
 namespace hopattn::testing {
@@ -151,6 +153,16 @@ std::vector<NamedCase> special_cases() {
   s.row_padding = 16;
   add("varlen_d72_strided", s);
   return all;
+}
+
+void HopperTest::SetUp() {
+  const Status device = check_current_device();
+  if (!device.ok()) GTEST_SKIP() << "needs an sm_90 GPU: " << device.message();
+}
+
+void expect_ok(const ErrorReport& r) {
+  std::cout << "    " << r.str() << "\n";
+  EXPECT_TRUE(r.ok) << r.str();
 }
 
 // Whether this build compiled a kernel that runs head_dim in dtype (see HOPATTN_HEADDIMS/DTYPES).

@@ -3,16 +3,18 @@
 // pairs, plus long, strided, scaled and varlen special cases.
 #pragma once
 
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
 #include <functional>
 #include <initializer_list>
 #include <ostream>
 #include <string>
 #include <vector>
 
-#include <cuda_runtime.h>
-
 #include "hopattn/hopattn.hpp"
 #include "testing/attention_case.hpp"
+#include "testing/tolerance.hpp"
 
 namespace hopattn::testing {
 
@@ -21,6 +23,16 @@ struct NamedCase {
   CaseSpec spec;
 };
 inline void PrintTo(const NamedCase& c, std::ostream* os) { *os << c.name; }
+
+// The GPU suites' fixture: every test skips, saying why, without an sm_90 GPU.
+class HopperTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+};
+
+// Expects an accuracy report to pass, printing it either way, so that a run's log shows how much
+// margin each output has.
+void expect_ok(const ErrorReport& r);
 
 std::vector<NamedCase> sweep_cases();
 std::vector<NamedCase> special_cases();

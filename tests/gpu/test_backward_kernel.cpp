@@ -20,13 +20,7 @@
 namespace hopattn::testing {
 namespace {
 
-class BackwardKernel : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const Status device = check_current_device();
-    if (!device.ok()) GTEST_SKIP() << "needs an sm_90 GPU: " << device.message();
-  }
-};
+using BackwardKernel = HopperTest;
 
 void check_backward(const CaseSpec& spec, bool deterministic) {
   AttentionCase c(spec);

@@ -22,21 +22,9 @@
 namespace hopattn::testing {
 namespace {
 
-class Gpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const Status device = check_current_device();
-    if (!device.ok()) GTEST_SKIP() << "needs an sm_90 GPU: " << device.message();
-  }
-};
+using Gpu = HopperTest;
 
 void sync() { check_cuda(cudaDeviceSynchronize(), "kernel"); }
-
-// Every report is printed, so a run's log shows how much margin each output has.
-void expect_ok(const ErrorReport& r) {
-  std::cout << "    " << r.str() << "\n";
-  EXPECT_TRUE(r.ok) << r.str();
-}
 
 void run_forward(const AttentionCase& c, const Outputs& out) {
   const Status s = forward(c.forward_args(out), nullptr);

@@ -63,7 +63,7 @@ def main():
         "hopattn.attention": lambda: hopattn.attention(q, k, v, causal=True),
         "hopattn.attention (requires_grad)": lambda: hopattn.attention(qg, kg, vg, causal=True),
         "hopattn.flash_attn_func": lambda: hopattn.flash_attn_func(q, k, v, causal=True),
-        "torch.ops.hopattn.forward (custom op)": lambda: torch.ops.hopattn.forward(q, k, v, 0.0, True, -1, -1, False),
+        "torch.ops.hopattn.forward (custom op)": lambda: torch.ops.hopattn.forward(q, k, v, 0.0, True, -1, -1, False, 0, -1),
         "sdpa cudnn": sdpa(backends.CUDNN_ATTENTION),
         "sdpa flash (FA2)": sdpa(backends.FLASH_ATTENTION),
     }

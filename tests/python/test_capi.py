@@ -66,6 +66,9 @@ def test_packed_structs_agree_with_ctypes():
     assert args.varlen.cu_seqlens_q.data == 0x3000 and args.varlen.cu_seqlens_k.size == 3
     assert args.varlen.seqused_q.data == 0x5000 and not args.varlen.seqused_k.data
     assert args.varlen.max_seqlen_q == 7 and args.varlen.max_seqlen_k == 9
+    assert args.num_splits == 0 and args.pack_gqa == _capi.PACK_GQA_AUTO  # the defaults
+    split = _capi.ForwardArgs.from_buffer_copy(_capi.pack_forward(q, q, q, q, lse, 0.5, 1, 5, 0, varlen, 7, 1))
+    assert split.num_splits == 7 and split.pack_gqa == 1
 
     packed = _capi.pack_backward(q, q, q, q, lse, q, q, q, q, 0.25, 0, -1, 3, _capi.EMPTY_VARLEN, 1)
     bargs = _capi.BackwardArgs.from_buffer_copy(packed)
@@ -121,9 +124,11 @@ def _backward_args(scale=0.0, causal=0, left=-1, right=-1, varlen=_capi.EMPTY_VA
                                scale, causal, left, right, varlen, deterministic)
 
 
-def _forward_args(scale=0.0, causal=0, left=-1, right=-1, varlen=_capi.EMPTY_VARLEN, **override):
+def _forward_args(scale=0.0, causal=0, left=-1, right=-1, varlen=_capi.EMPTY_VARLEN, num_splits=0,
+                  pack_gqa=_capi.PACK_GQA_AUTO, **override):
     t = _fixed_tensors(**override)
-    return _capi.pack_forward(t["q"], t["k"], t["v"], t["o"], t["lse"], scale, causal, left, right, varlen)
+    return _capi.pack_forward(t["q"], t["k"], t["v"], t["o"], t["lse"], scale, causal, left, right, varlen,
+                              num_splits, pack_gqa)
 
 
 def test_valid_backward_arguments_get_a_workspace_size(lib):
@@ -146,6 +151,8 @@ def test_valid_backward_arguments_get_a_workspace_size(lib):
         (dict(scale=float("inf")), "softmax_scale is inf"),
         (dict(left=-2), "mask.window_left is -2"),
         (dict(right=-3), "mask.window_right is -3"),
+        (dict(num_splits=-2), "num_splits is -2 but must be >= 0"),
+        (dict(pack_gqa=3), "pack_gqa is 3 but must be -1 (auto), 0 (off) or 1 (on)"),
     ],
 )
 def test_forward_rejects_each_wrong_field_with_the_library_message(lib, override, message):

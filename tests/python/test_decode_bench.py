@@ -47,6 +47,15 @@ def test_options():
         decode.parser().parse_args([])  # --json is required
 
 
+def test_decode_layout_options_reach_hopattn():
+    a = decode.parser().parse_args(["--json", "x.json"])
+    assert decode.hopattn_options(a) == {"num_splits": 0, "pack_gqa": None}  # the library's choice
+    a = decode.parser().parse_args(["--json", "x.json", "--num-splits", "7", "--pack-gqa", "off"])
+    assert decode.hopattn_options(a) == {"num_splits": 7, "pack_gqa": False}
+    with pytest.raises(SystemExit):
+        decode.parser().parse_args(["--json", "x.json", "--pack-gqa", "maybe"])
+
+
 def test_quick_is_a_handful():
     quick = problems("--quick")
     assert len(quick) == 12

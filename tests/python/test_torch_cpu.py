@@ -265,6 +265,6 @@ def test_custom_ops_pass_torch_library_opcheck_on_fake_tensors():
     """torch.library.opcheck's schema and fake-tensor checks on meta inputs (the real kernel needs a
     GPU; test_gpu.py runs opcheck in full there)."""
     q, k = meta(2, 64, 4, 64), meta(2, 64, 2, 64)
-    args = (q, k, k, 0.0, True, -1, -1, False)
+    args = (q, k, k, 0.0, True, -1, -1, False, 0, -1)
     torch.library.opcheck(torch.ops.hopattn.forward.default, args,
                           test_utils=("test_schema", "test_faketensor"))

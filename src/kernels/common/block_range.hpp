@@ -31,20 +31,29 @@ HOPATTN_HOST_DEVICE long long max_ll(long long a, long long b) { return a > b ? 
 HOPATTN_HOST_DEVICE long long min_ll(long long a, long long b) { return a < b ? a : b; }
 
 // The real rows of `outer_block`: [first, last], empty when first > last. Outer block b covers
-// rows [b * size - pad, (b + 1) * size - pad).
+// tile rows [b * size - pad, (b + 1) * size - pad); `pack` consecutive tile rows share one outer
+// position (the forward's packed GQA heads: one query row of every head of a KV group), so tile
+// row r is outer position r / pack, and a sequence of outer_len positions has outer_len * pack rows.
 struct RealRows {
   long long first, last;
 };
-HOPATTN_HOST_DEVICE RealRows real_rows(int outer_block, int outer_block_size, int outer_pad, int outer_len) {
+HOPATTN_HOST_DEVICE RealRows real_rows(int outer_block, int outer_block_size, int outer_pad, int outer_len,
+                                       int pack = 1) {
   const long long start = static_cast<long long>(outer_block) * outer_block_size - outer_pad;
-  return RealRows{max_ll(start, 0), min_ll(start + outer_block_size, outer_len) - 1};
+  const long long first = max_ll(start, 0);
+  const long long last = min_ll(start + outer_block_size, static_cast<long long>(outer_len) * pack) - 1;
+  if (first > last) return RealRows{1, 0};
+  if (pack == 1) return RealRows{first, last};
+  // Packed rows fit in int (fwd_split_plan.hpp packs only then): 32-bit divisions, which the
+  // forward's producer warp affords in its 24 registers.
+  return RealRows{static_cast<int>(first) / pack, static_cast<int>(last) / pack};
 }
 
 // Inner blocks holding at least one position visible to a real row of `outer_block`: the band's
 // edges only grow with the row, so from the first real row's lo to the last real row's hi.
 HOPATTN_HOST_DEVICE BlockRange visible_inner_blocks(const BandView& view, int outer_block, int outer_block_size,
-                                                    int outer_pad, int inner_block_size) {
-  const RealRows rows = real_rows(outer_block, outer_block_size, outer_pad, view.outer_len);
+                                                    int outer_pad, int inner_block_size, int pack = 1) {
+  const RealRows rows = real_rows(outer_block, outer_block_size, outer_pad, view.outer_len, pack);
   if (rows.first > rows.last || view.inner_len <= 0) return BlockRange{};
   const long long lo = view.lo(rows.first);
   const long long hi = view.hi(rows.last);
@@ -57,10 +66,11 @@ HOPATTN_HOST_DEVICE BlockRange visible_inner_blocks(const BandView& view, int ou
 // and placed at the end of the visible range, so [visible.begin, unmasked.begin) and
 // [unmasked.end, visible.end) are always exactly the blocks that need masking.
 HOPATTN_HOST_DEVICE BlockRange unmasked_inner_blocks(const BandView& view, int outer_block, int outer_block_size,
-                                                     int outer_pad, int inner_block_size) {
-  const BlockRange visible = visible_inner_blocks(view, outer_block, outer_block_size, outer_pad, inner_block_size);
+                                                     int outer_pad, int inner_block_size, int pack = 1) {
+  const BlockRange visible =
+      visible_inner_blocks(view, outer_block, outer_block_size, outer_pad, inner_block_size, pack);
   if (visible.empty()) return visible;
-  const RealRows rows = real_rows(outer_block, outer_block_size, outer_pad, view.outer_len);
+  const RealRows rows = real_rows(outer_block, outer_block_size, outer_pad, view.outer_len, pack);
   // The block must start at or after the last row's lo and end by the first row's hi.
   const long long begin = ceil_div(view.lo(rows.last), inner_block_size);
   const long long end = floor_div(view.hi(rows.first) + 1, inner_block_size);
@@ -80,16 +90,30 @@ HOPATTN_HOST_DEVICE int query_block_pad(BandMask mask, int block_m, int seqlen_q
 }
 
 // Forward: key blocks (kBlockN) that query block m_block (kBlockM rows from m_block * kBlockM -
-// pad) must visit.
+// pad) must visit. With packed GQA heads (pack > 1) its rows are (query, head) pairs, `pack` per
+// query row, and pad counts rows.
 HOPATTN_HOST_DEVICE BlockRange n_block_range(BandMask mask, int m_block, int block_m, int block_n, int seqlen_q,
-                                             int seqlen_k, int pad = 0) {
-  return detail::visible_inner_blocks(BandView::from_queries(mask, seqlen_q, seqlen_k), m_block, block_m, pad, block_n);
+                                             int seqlen_k, int pad = 0, int pack = 1) {
+  return detail::visible_inner_blocks(BandView::from_queries(mask, seqlen_q, seqlen_k), m_block, block_m, pad, block_n,
+                                      pack);
 }
 
 // Forward: the key blocks of n_block_range that need no masking.
 HOPATTN_HOST_DEVICE BlockRange n_block_range_unmasked(BandMask mask, int m_block, int block_m, int block_n,
-                                                      int seqlen_q, int seqlen_k, int pad = 0) {
-  return detail::unmasked_inner_blocks(BandView::from_queries(mask, seqlen_q, seqlen_k), m_block, block_m, pad, block_n);
+                                                      int seqlen_q, int seqlen_k, int pad = 0, int pack = 1) {
+  return detail::unmasked_inner_blocks(BandView::from_queries(mask, seqlen_q, seqlen_k), m_block, block_m, pad, block_n,
+                                       pack);
+}
+
+// Forward with key splits: piece `split` of `splits` of a tile's visible key blocks, near-equal
+// runs in key order, the first n % splits of them a block longer (empty ones where there are
+// fewer blocks than pieces). Only 32-bit divisions: the producer warp computes it with 24
+// registers.
+HOPATTN_HOST_DEVICE BlockRange key_split_piece(const BlockRange& visible, int split, int splits) {
+  const int n = visible.size();
+  const int run = n / splits, longer = n % splits;
+  const int begin = visible.begin + split * run + (split < longer ? split : longer);
+  return BlockRange{begin, begin + run + (split < longer ? 1 : 0)};
 }
 
 // Backward: query blocks (kBlockM) that key block n_block (kBlockN keys) must visit.

@@ -11,14 +11,16 @@ namespace hopattn {
 
 // Writes `hidden` into every entry of `scores` that the band hides. `scores` and `coords` are the
 // (rows, cols) view of one thread's accumulator fragment and of its identity tensor (tile
-// coordinates); the tile starts at outer position first_outer and inner position first_inner.
-// Padding rows see nothing.
+// coordinates); the tile's row 0 is row first_row and its column 0 inner position first_inner.
+// `pack` consecutive rows share one outer position (the forward's packed GQA heads): row r is
+// outer position r / pack. Padding rows (r < 0 or past the outer length) see nothing.
 template <class Scores, class Coords>
-CUTE_DEVICE void hide_invisible(Scores&& scores, const Coords& coords, const BandView& view, int first_outer,
-                                int first_inner, float hidden) {
+CUTE_DEVICE void hide_invisible(Scores&& scores, const Coords& coords, const BandView& view, int first_row,
+                                int first_inner, float hidden, int pack = 1) {
   CUTE_UNROLL
   for (int r = 0; r < cute::size<0>(scores); ++r) {
-    const long long outer = first_outer + cute::get<0>(coords(r, 0));
+    const int row = first_row + cute::get<0>(coords(r, 0));
+    const long long outer = pack == 1 ? row : (row < 0 ? -1 : row / pack);
     const int lo = static_cast<int>(view.lo(outer));
     const int hi = view.real_outer(outer) ? static_cast<int>(view.hi(outer)) : -1;
     CUTE_UNROLL

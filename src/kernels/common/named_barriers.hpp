@@ -7,7 +7,8 @@
 namespace hopattn {
 
 enum class FwdBarrier : uint32_t {
-  kWarpScheduler0 = 0,  // + consumer warpgroup: its turn to issue tensor-core work (ping-pong)
+  kWarpScheduler0 = 0,      // + consumer warpgroup: its turn to issue tensor-core work (ping-pong)
+  kPackedQueryLoaded0 = 3,  // + consumer warpgroup: its rows of a packed tile's Q are in sQ
 };
 
 // The backward's barriers. Around each MMA warpgroup's dQ staging buffer, between it and the dQ
@@ -23,8 +24,11 @@ inline constexpr int kMaxConsumerWarpgroups = 3;
 inline constexpr int kMaxBwdMmaWarpgroups = 2;
 inline constexpr uint32_t kKernelNamedBarriers = 8;  // what CUTLASS leaves to kernels
 
-static_assert(static_cast<uint32_t>(FwdBarrier::kWarpScheduler0) + kMaxConsumerWarpgroups <= kKernelNamedBarriers,
-              "the forward's per-warpgroup barriers run past the named barriers kernels have");
+static_assert(static_cast<uint32_t>(FwdBarrier::kWarpScheduler0) + kMaxConsumerWarpgroups <=
+                      static_cast<uint32_t>(FwdBarrier::kPackedQueryLoaded0) &&
+                  static_cast<uint32_t>(FwdBarrier::kPackedQueryLoaded0) + kMaxConsumerWarpgroups <=
+                      kKernelNamedBarriers,
+              "the forward's per-warpgroup barrier ranges overlap or run past the named barriers kernels have");
 static_assert(static_cast<uint32_t>(BwdBarrier::kDqFull0) + kMaxBwdMmaWarpgroups <=
                       static_cast<uint32_t>(BwdBarrier::kDqEmpty0) &&
                   static_cast<uint32_t>(BwdBarrier::kDqEmpty0) + kMaxBwdMmaWarpgroups <=

@@ -40,6 +40,9 @@ struct Problem {
   SequenceLayout keys;
   float softmax_scale = 0.0f;  // resolved: never 0
   BandMask mask;
+  // Forward only: ForwardArgs::num_splits (>= 0) and pack_gqa, as the caller gave them.
+  int num_splits = 0;
+  PackGqa pack_gqa = PackGqa::kAuto;
 
   HOPATTN_HOST_DEVICE bool varlen() const { return queries.varlen(); }
   HOPATTN_HOST_DEVICE int64_t total_q() const { return queries.total_tokens; }

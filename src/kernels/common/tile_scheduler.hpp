@@ -20,6 +20,11 @@
 // which they leave in a workspace slot of their own, into its result (see fwd_tail_merge.cuh). A
 // CTA's run covers at most two tiles: it owns the first, and writes at most one partial, which it
 // does first, so that no owner waits for a CTA that is itself waiting.
+//
+// Key splits (split-KV, for decode: fewer tiles than SMs): each tile of the order becomes
+// key_splits consecutive pieces (piece = linear % key_splits), which cover its key blocks between
+// them and leave their partials for a combine kernel (fwd_split_plan.hpp). A split problem has no
+// split tail.
 #pragma once
 
 #include "kernels/common/host_device.hpp"
@@ -28,8 +33,9 @@ namespace hopattn {
 
 struct WorkTile {
   int m_block = 0;
-  int head = 0;
+  int head = 0;  // the tile's head: a KV head where the tile packs a GQA group's query heads
   int batch = 0;
+  int split = 0;  // the piece of the tile's keys, < key_splits
 };
 
 // A piece of a split tile: what its CTA does with the result.
@@ -96,9 +102,10 @@ struct TileScheduler {
   int wide_pairs = 1;
   int wide_sections = 1;
   int narrow_pairs = 0;
+  int key_splits = 1;
   TailSplit tail;
 
-  HOPATTN_HOST_DEVICE int total_tiles() const { return num_m_blocks * heads * batch; }
+  HOPATTN_HOST_DEVICE int total_tiles() const { return num_m_blocks * heads * batch * key_splits; }
 
   // The linear tile that CTA `cta` of `ctas` takes in round `round` without a split tail;
   // >= total_tiles() once the CTA is done (rounds only grow).
@@ -145,6 +152,8 @@ struct TileScheduler {
   }
 
   HOPATTN_HOST_DEVICE WorkTile tile(int linear) const {
+    const int split = key_splits > 1 ? linear % key_splits : 0;
+    if (key_splits > 1) linear /= key_splits;
     const int wide_tiles = wide_pairs * num_m_blocks;
     const int in_wide = wide_sections * wide_tiles;
     int first_pair = 0, pairs = 0, in_section = 0;
@@ -165,6 +174,7 @@ struct TileScheduler {
     w.m_block = num_m_blocks - 1 - in_section / pairs;
     w.head = pair % heads;
     w.batch = pair / heads;
+    w.split = split;
     return w;
   }
 

@@ -6,13 +6,19 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/reg_reconfig.h>
 
+#include "kernels/common/grid_dependency.cuh"
 #include "kernels/common/kernel_setup.cuh"
 #include "kernels/fwd/fwd_mainloop.cuh"
 
 namespace hopattn {
 
-template <class Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 1) forward_kernel(CUTE_GRID_CONSTANT ForwardParams<Traits> const params) {
+// kPackedRows: the tiles' rows pack GQA heads (params.pack > 1; fwd_split_plan.hpp), on a tile
+// of their own (ForwardPackedTileConfig). A kernel of its own: with both consumers in one kernel,
+// the packed rows' mask (a division per row) and Q copies cost the other one's main loop 100-300
+// bytes of spills at d128.
+template <class Traits, bool kPackedRows>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    forward_kernel(CUTE_GRID_CONSTANT ForwardParams<Traits> const params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ char shared_memory[];
   auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(shared_memory);
@@ -33,6 +39,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) forward_kernel(CUTE_GRID_
   Pipeline pipeline_k(smem.pipeline_k, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
   Pipeline pipeline_v(smem.pipeline_v, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
   __syncthreads();  // barriers initialised before anyone waits on them
+  // Key splits: the combine kernel behind this one may launch at once, its CTAs taking SMs as this
+  // kernel's leave them, so that its launch does not wait for the last of them; it waits for this
+  // kernel's completion before it reads anything (fwd_split_combine.cuh).
+  if (params.scheduler.key_splits > 1) allow_next_kernel_to_start();
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
@@ -40,7 +50,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) forward_kernel(CUTE_GRID_
     if (warp == 1) forward_tile_publisher<Traits>(params, smem);
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
-    forward_consumer<Traits>(params, smem, pipeline_k, pipeline_v);
+    forward_consumer<Traits, kPackedRows>(params, smem, pipeline_k, pipeline_v);
   }
 #endif
 }

@@ -2,6 +2,8 @@
 // layouts and the shared storage they add up to.
 #pragma once
 
+#include <type_traits>
+
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/numeric_types.h>
@@ -27,6 +29,9 @@ struct ForwardKernelTraits {
   static constexpr bool kKeysAhead = Config::kShape.keys_ahead;
   static constexpr bool kRescaleUnderQK = Config::kShape.rescale_under_qk;
   static constexpr bool kPingPong = Config::kShape.ping_pong;
+  // Whether this is the tile of packed GQA rows (forward_kernel's kPackedRows, see
+  // with_forward_traits): its kernel is the packed one, the others' the plain one.
+  static constexpr bool kPackedRows = std::is_same_v<Config, ForwardPackedTileConfig<kHeadDim>>;
 
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * cutlass::NumThreadsPerWarpGroup;

@@ -14,6 +14,8 @@
 #include "kernels/fwd/forward_kernels.hpp"
 #include "kernels/fwd/fwd_kernel.cuh"
 #include "kernels/fwd/fwd_kernel_traits.cuh"
+#include "kernels/fwd/fwd_split_combine.cuh"
+#include "kernels/fwd/fwd_split_plan.hpp"
 #include "kernels/fwd/fwd_workspace.cuh"
 
 namespace hopattn {
@@ -23,38 +25,66 @@ namespace forward_launch_detail {
 // CTAs of the persistent grid: one per SM (the split tail's workspace has a slot per CTA).
 inline int persistent_ctas(const DeviceLimits& device) { return std::max(device.multiprocessors, 1); }
 
-// The split tail this kernel would use for `p` on `device` (see TileScheduler): only where every
-// tile has the same key blocks, i.e. without a mask and with fixed lengths.
+// Packed GQA heads and key splits for `p` (fwd_split_plan.hpp); splits only with a workspace.
 template <class Traits>
-TailSplit forward_tail_split(const Problem& p, const DeviceLimits& device) {
-  if (!p.mask.unbounded() || p.varlen()) return TailSplit{};
-  const long long tiles = static_cast<long long>((p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM) * p.heads * p.batch;
+ForwardSplitPlan forward_split_plan(const Problem& p, const DeviceLimits& device, bool workspace) {
+  ForwardSplitInputs in;
+  in.batch = p.batch;
+  in.heads = p.heads;
+  in.heads_kv = p.heads_kv;
+  in.max_seqlen_q = p.max_seqlen_q;
+  in.max_seqlen_k = p.max_seqlen_k;
+  in.block_m = Traits::kBlockM;
+  in.block_n = Traits::kBlockN;
+  in.ctas = persistent_ctas(device);
+  in.num_splits = p.num_splits;
+  in.pack_gqa = Traits::kPackedRows ? p.pack_gqa : PackGqa::kOff;  // see with_forward_traits
+  in.workspace = workspace;
+  return choose_forward_split(in);
+}
+
+// The split tail this kernel would use for `p` on `device` (see TileScheduler): only where every
+// tile has the same key blocks, i.e. without a mask and with fixed lengths, and the tiles are not
+// split along their keys already.
+template <class Traits>
+TailSplit forward_tail_split(const Problem& p, const ForwardSplitPlan& layout, const DeviceLimits& device) {
+  if (!p.mask.unbounded() || p.varlen() || layout.split()) return TailSplit{};
+  const long long tiles = static_cast<long long>(forward_m_blocks(p.max_seqlen_q, layout.pack, Traits::kBlockM)) *
+                          (p.heads / layout.pack) * p.batch;
   const int key_blocks = (p.max_seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   return TailSplit::choose(tiles, key_blocks, persistent_ctas(device));
 }
 
-// What the kernel does with a workspace for `p` on `device`: the split tail where every tile has
-// the same key blocks, the dynamic schedule where tile lengths vary (a mask or varlen). Without a
-// workspace it does neither (a default plan).
+// What the kernel does for `p` on `device`, with or without a workspace: packed heads (either
+// way); with one, key splits, the split tail where every tile has the same key blocks, and the
+// dynamic schedule where tile lengths vary (a mask or varlen).
 struct ForwardWorkspacePlan {
+  ForwardSplitPlan layout;
   TailSplit tail;
   bool dynamic = false;
 
-  bool needed() const { return dynamic || tail.enabled(); }
+  bool needed() const { return dynamic || tail.enabled() || layout.split(); }
 };
 
 template <class Traits>
-ForwardWorkspacePlan forward_workspace_plan(const Problem& p, const DeviceLimits& device) {
+ForwardWorkspacePlan forward_workspace_plan(const Problem& p, const DeviceLimits& device, bool workspace) {
   ForwardWorkspacePlan plan;
-  plan.tail = forward_tail_split<Traits>(p, device);
+  plan.layout = forward_split_plan<Traits>(p, device, workspace);
+  if (!workspace) return plan;
+  plan.tail = forward_tail_split<Traits>(p, plan.layout, device);
   plan.dynamic = !p.mask.unbounded() || p.varlen();
   return plan;
 }
 
+// Output rows (query token, head) that the key splits' partials cover.
+inline long long forward_output_rows(const Problem& p) { return p.total_q() * p.heads; }
+
 template <class Traits>
 size_t forward_workspace_bytes_for(const Problem& p, const DeviceLimits& device) {
-  const ForwardWorkspacePlan plan = forward_workspace_plan<Traits>(p, device);
-  return plan.needed() ? ForwardWorkspace<Traits>::bytes_for(persistent_ctas(device), plan.tail.enabled()) : 0;
+  const ForwardWorkspacePlan plan = forward_workspace_plan<Traits>(p, device, /*workspace=*/true);
+  if (!plan.needed()) return 0;
+  return ForwardWorkspace<Traits>::bytes_for(persistent_ctas(device), plan.tail.enabled(),
+                                             plan.layout.split() ? plan.layout.splits : 0, forward_output_rows(p));
 }
 
 // `workspace`: null, or forward_workspace_bytes_for() bytes.
@@ -90,10 +120,10 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
                                 Shape<typename Traits::HeadDim, typename Traits::BlockN>{}, _1{});
 
   params.problem = p;
+  params.q = t.q;
   params.o = t.o;
   params.lse = t.lse;
   params.scale_log2 = p.softmax_scale * kLog2e;
-  const int num_m_blocks = (p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   // Without a mask every tile has the same length and only L2 reuse matters: one KV head per
   // section, so the m_blocks of a head run side by side and a round of the grid reads the K/V of a
   // few heads (as cuDNN orders it). Sections of heads whose K/V fit in half of L2 read 2.5x more
@@ -104,22 +134,33 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   // (docs/perf-log.md): causal 4k +6%, 8k +4%, 16k +2.5%. Without one the static zig-zag balances
   // the CTAs only where lengths fall steadily over a few rounds, so it keeps one global order where
   // at least 2 CTAs share each (batch, head) pair, and sections spanning whole rounds otherwise.
-  const int group = p.heads / p.heads_kv;
   const int ctas = persistent_ctas(device);
-  const ForwardWorkspacePlan plan = workspace != nullptr ? forward_workspace_plan<Traits>(p, device) : ForwardWorkspacePlan{};
-  if (plan.needed()) ForwardWorkspace<Traits>::carve(workspace, ctas, plan.dynamic, plan.tail.enabled(), params);
+  const ForwardWorkspacePlan plan = forward_workspace_plan<Traits>(p, device, workspace != nullptr);
+  const ForwardSplitPlan& layout = plan.layout;
+  params.pack = layout.pack;
+  if (plan.needed()) {
+    ForwardWorkspace<Traits>::carve(workspace, ctas, plan.dynamic, plan.tail.enabled(),
+                                    layout.split() ? layout.splits : 0, forward_output_rows(p), params);
+  }
+  // Packed, a tile row group holds a query row of each of the group's heads: the scheduler sees
+  // one "head" per KV head, with the group's rows in its query blocks.
+  const int num_m_blocks = forward_m_blocks(p.max_seqlen_q, layout.pack, Traits::kBlockM);
+  const int tile_heads = p.heads / layout.pack;
+  const int group = tile_heads / p.heads_kv;
   if (p.mask.unbounded()) {
-    params.scheduler = TileScheduler::make(num_m_blocks, p.heads, p.batch, group, /*kv_heads_per_section=*/1, 0);
+    params.scheduler = TileScheduler::make(num_m_blocks, tile_heads, p.batch, group, /*kv_heads_per_section=*/1, 0);
+    params.scheduler.key_splits = layout.splits;
     params.scheduler.tail = plan.tail;
     return params;
   }
   constexpr long long kMinCtasPerPair = 2;
   constexpr long long kMinMaskedRounds = 4;
-  const bool global_order = !plan.dynamic && ctas >= kMinCtasPerPair * static_cast<long long>(p.heads) * p.batch;
+  const bool global_order = !plan.dynamic && ctas >= kMinCtasPerPair * static_cast<long long>(tile_heads) * p.batch;
   const long long kv_bytes_per_head = 2LL * p.max_seqlen_k * Traits::kHeadDim * sizeof(Element);
   const long long kv_heads = global_order ? 0 : TileScheduler::kv_heads_within(device.l2_bytes / 2, kv_bytes_per_head);
-  params.scheduler = TileScheduler::make(num_m_blocks, p.heads, p.batch, group, kv_heads, kMinMaskedRounds * ctas,
+  params.scheduler = TileScheduler::make(num_m_blocks, tile_heads, p.batch, group, kv_heads, kMinMaskedRounds * ctas,
                                          /*equal_sections=*/plan.dynamic);
+  params.scheduler.key_splits = layout.splits;
   return params;
 }
 
@@ -131,6 +172,38 @@ inline bool wider_key_blocks_pay(long long seqlen_k, int block_n) {
   return (padded - seqlen_k) * 50 < seqlen_k;
 }
 
+// The counters' reset, the forward kernel and, for key splits, the combine kernel.
+template <class Traits, auto* kernel>
+cudaError_t launch_forward_grid(const Problem& problem, const ForwardParams<Traits>& params, const DeviceLimits& device,
+                                cudaStream_t stream) {
+  const int tiles = params.scheduler.total_tiles();
+  if (cudaError_t e = allow_shared_bytes<kernel>(Traits::kSharedBytes); e != cudaSuccess) return e;
+  const int ctas = persistent_ctas(device);
+  // A split tail deals its keys to every CTA, also when there are fewer tiles than SMs.
+  const int grid = params.scheduler.tail.enabled() ? ctas : std::min(tiles, ctas);
+  // The counters serve the dynamic schedule and the split tail only: key splits alone skip their
+  // reset (a launch of a few us per decode step).
+  if (params.tile_counter != nullptr || params.scheduler.tail.enabled()) {  // zeroed first, under the forward's start
+    reset_forward_counters_kernel<Traits><<<1, 32, 0, stream>>>(params.workspace_counters, params.workspace_counter_count);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    const cudaError_t e =
+        launch_overlapping_previous(kernel, dim3(grid), dim3(Traits::kThreads), Traits::kSharedBytes, stream, params);
+    if (e != cudaSuccess) return e;
+  } else {
+    kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  if (params.scheduler.key_splits == 1) return cudaSuccess;
+  // The pieces' partials into O and LSE; the combine kernel's CTAs start as the forward's finish
+  // and wait for all of them before reading. Its grid fits (fwd_split_plan.hpp checks).
+  using Combine = SplitCombineShape<Traits>;
+  const long long row_blocks =
+      (static_cast<long long>(problem.max_seqlen_q) * problem.heads + Combine::kRows - 1) / Combine::kRows;
+  return launch_overlapping_previous(&combine_key_splits_kernel<Traits>,
+                                     dim3(static_cast<unsigned>(row_blocks * problem.batch)), dim3(Combine::kThreads), 0,
+                                     stream, params, static_cast<int>(row_blocks));
+}
+
 template <class Traits>
 cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& tensors, const DeviceLimits& device,
                                  void* workspace, cudaStream_t stream) {
@@ -138,26 +211,19 @@ cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& t
   const int tiles = params.scheduler.total_tiles();
   if (tiles == 0) return cudaSuccess;
 
-  constexpr auto* kernel = &forward_kernel<Traits>;
-  if (cudaError_t e = allow_shared_bytes<kernel>(Traits::kSharedBytes); e != cudaSuccess) return e;
-  const int ctas = persistent_ctas(device);
-  // A split tail deals its keys to every CTA, also when there are fewer tiles than SMs.
-  const int grid = params.scheduler.tail.enabled() ? ctas : std::min(tiles, ctas);
-  if (params.workspace_counters != nullptr) {  // zeroed first, under the forward kernel's start
-    reset_forward_counters_kernel<Traits><<<1, 32, 0, stream>>>(params.workspace_counters, params.workspace_counter_count);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-    return launch_overlapping_previous(kernel, dim3(grid), dim3(Traits::kThreads), Traits::kSharedBytes, stream, params);
-  }
-  kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
-  return cudaGetLastError();
+  return launch_forward_grid<Traits, &forward_kernel<Traits, Traits::kPackedRows>>(problem, params, device, stream);
 }
 
-// Calls f(Traits{}) with the kernel traits that launch_forward_kernel uses for `problem`.
+// Calls f(Traits{}) with the kernel traits that launch_forward_kernel uses for `problem`: the
+// packed tile where the plan packs GQA heads (the only traits that pack), else the unmasked tile
+// where it pays, else the any-mask tile.
 template <DType kDType, int kHeadDim, class F>
-auto with_forward_traits(const Problem& problem, F&& f) {
+auto with_forward_traits(const Problem& problem, const DeviceLimits& device, F&& f) {
   using Element = typename CutlassElement<kDType>::type;
   using AnyMask = ForwardTileConfig<kHeadDim>;
   using Unmasked = ForwardUnmaskedTileConfig<kHeadDim>;
+  using PackedTraits = ForwardKernelTraits<Element, kHeadDim, ForwardPackedTileConfig<kHeadDim>>;
+  if (forward_split_plan<PackedTraits>(problem, device, /*workspace=*/false).packed()) return f(PackedTraits{});
   if constexpr (!(AnyMask::kShape == Unmasked::kShape)) {
     if (problem.mask.unbounded() && wider_key_blocks_pay(problem.max_seqlen_k, Unmasked::kShape.block_n)) {
       return f(ForwardKernelTraits<Element, kHeadDim, Unmasked>{});
@@ -171,14 +237,14 @@ auto with_forward_traits(const Problem& problem, F&& f) {
 template <DType kDType, int kHeadDim>
 cudaError_t launch_forward_kernel(const Problem& problem, const ForwardTensors& tensors, const DeviceLimits& device,
                                   void* workspace, cudaStream_t stream) {
-  return forward_launch_detail::with_forward_traits<kDType, kHeadDim>(problem, [&](auto traits) {
+  return forward_launch_detail::with_forward_traits<kDType, kHeadDim>(problem, device, [&](auto traits) {
     return forward_launch_detail::launch_forward_tiles<decltype(traits)>(problem, tensors, device, workspace, stream);
   });
 }
 
 template <DType kDType, int kHeadDim>
 size_t forward_workspace_bytes(const Problem& problem, const DeviceLimits& device) {
-  return forward_launch_detail::with_forward_traits<kDType, kHeadDim>(problem, [&](auto traits) {
+  return forward_launch_detail::with_forward_traits<kDType, kHeadDim>(problem, device, [&](auto traits) {
     return forward_launch_detail::forward_workspace_bytes_for<decltype(traits)>(problem, device);
   });
 }

@@ -48,6 +48,9 @@ struct ForwardSmemTensors {
 // phases behind, since the next release needs a tile that both of them must first provide.
 template <class Traits>
 CUTE_DEVICE void release_query(typename Traits::SharedStorage& smem) {
+  // Every lane's reads of the tile's slot come before the warp's arrival, which lets the publisher
+  // reuse the slot (forward_tile_publisher): elect.sync alone does not order other lanes' accesses.
+  __syncwarp();
   if (cute::elect_one_sync()) smem.q_released.arrive();
 }
 
@@ -173,7 +176,10 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     auto load_v = [&](int n) { load(pipeline_v, state_v, params.tma_vt, v_copy, n); };
     load_k(t.n_blocks.end - 1);  // while the consumers may still be in the previous tile's epilogue
     wait_query_released_before<Traits>(smem, round);  // sQ holds the previous tile's Q until then
-    if (leader) {
+    if (params.pack > 1) {
+      // The consumers load this tile's Q themselves (load_packed_query).
+      if (leader) smem.q_full.arrive();
+    } else if (leader) {
       smem.q_full.arrive_and_expect_tx(Traits::kQBytes);
       copy(params.tma_q.with(reinterpret_cast<uint64_t&>(smem.q_full)), tQgQ, tQsQ);
     }
@@ -194,6 +200,45 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   // The end marker's q_full phase takes the producer's arrival too, once the last tile is released.
   wait_query_released_before<Traits>(smem, round);
   if (leader) smem.q_full.arrive();
+}
+
+// Q of a tile that packs GQA heads: its rows are (query, head) pairs, strided two ways, which no
+// TMA box covers, so each consumer warpgroup copies its own 64 rows (the only ones its S GEMMs
+// read) with cp.async, 16 bytes per thread at a time, zero-filling rows outside the sequence and
+// columns past the head dim. The warpgroup's previous S GEMMs are complete (it waited for them
+// before its epilogue), so the rows are free. Its threads wait for their copies, fence them
+// towards the async proxy (WGMMA reads sQ through it) and meet at the warpgroup's barrier. Done
+// by the consumers, not the producer warp: with its 24 registers the producer spilled around the
+// address arithmetic.
+template <class Traits, class SmemQ>
+CUTE_DEVICE void load_packed_query(const ForwardParams<Traits>& params, const ForwardTile& t, SmemQ& sQ, int thread) {
+  using Element = typename Traits::Element;
+  constexpr int kThreads = cutlass::NumThreadsPerWarpGroup;
+  constexpr int kRows = 64;
+  constexpr int kChunkElements = 16 / sizeof(Element);
+  constexpr int kChunksPerRow = Traits::kHeadDim / kChunkElements;
+  const int warpgroup = thread / kThreads;
+  const int columns = params.problem.head_dim;
+  // Not unrolled: unrolled, ptxas hoisted every copy's shared-memory address (a function of the
+  // thread alone) to the kernel's start and kept them through the main loop, 100 bytes of spills.
+#pragma unroll 1
+  for (int i = thread % kThreads; i < kRows * kChunksPerRow; i += kThreads) {
+    const int r = warpgroup * kRows + i / kChunksPerRow;
+    const int column = i % kChunksPerRow * kChunkElements;
+    const int row = t.first_row + r;
+    const bool real = static_cast<unsigned>(row) < static_cast<unsigned>(t.rows(params.pack)) && column < columns;
+    const Element* src = static_cast<const Element*>(params.q.data);
+    if (real) {
+      src = params.q.template at<Element>(t.batch, static_cast<long long>(t.q_offset) + t.query_of(row, params.pack),
+                                          t.head_of(row, params.pack)) +
+            column;
+    }
+    const uint32_t dst = cute::cast_smem_ptr_to_uint(&sQ(r, column));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(real ? 16 : 0) : "memory");
+  }
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+  cutlass::arch::fence_view_async_shared();
+  cutlass::arch::NamedBarrier::sync(kThreads, barrier_id(FwdBarrier::kPackedQueryLoaded0, warpgroup));
 }
 
 // Ping-pong between consumer warpgroups: a warpgroup waits for its turn before issuing its GEMMs
@@ -230,7 +275,8 @@ CUTE_DEVICE bool any_factor_below_one(const float (&rescale)[kRows]) {
   return __any_sync(0xffffffff, moved);
 }
 
-template <class Traits>
+// kPackedRows: the tiles pack GQA heads (params.pack > 1), see forward_kernel.
+template <class Traits, bool kPackedRows>
 CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem,
                                   typename Traits::Pipeline& pipeline_k, typename Traits::Pipeline& pipeline_v) {
   using namespace cute;
@@ -255,6 +301,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
 
   typename Traits::PipelineState state_k, state_v;
   uint32_t q_phase = 0;
+  const int pack = kPackedRows ? params.pack : 1;
   const BandMask mask = params.problem.mask;
   const bool prescale = params.scale_log2 < 0.f;
   const float factor = prescale ? 1.f : params.scale_log2;
@@ -270,7 +317,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
     }
     if (n_block >= t.unmasked.begin && n_block < t.unmasked.end) return;
     const BandView view = BandView::from_queries(mask, t.seqlen_q, t.seqlen_k);
-    hide_invisible(s, tScS, view, t.first_row, n_block * Traits::kBlockN, -INFINITY);
+    hide_invisible(s, tScS, view, t.first_row, n_block * Traits::kBlockN, -INFINITY, pack);
   };
 
   // Declared once for all tiles, and tiles without keys leave the loop body early: this form
@@ -294,9 +341,16 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
     if (t.is_end_marker()) break;
     if (t.n_blocks.empty()) {  // no key to attend to: O = 0, LSE = -inf
       release_query<Traits>(smem);
-      if (t.has_rows()) store_empty_tile<Traits>(params, t, thread, Traits::kConsumerThreads);
+      if (!t.has_rows(pack)) continue;
+      if (params.scheduler.key_splits > 1) {
+        store_empty_split_partial<Traits>(params, t, key_split_of(params, smem.scheduled[slot]), pack, thread);
+      } else {
+        store_empty_tile<Traits>(params, t, pack, thread, Traits::kConsumerThreads);
+      }
       continue;
     }
+
+    if constexpr (kPackedRows) load_packed_query<Traits>(params, t, sQ, thread);
 
     // The first (highest) key block: S, then its softmax with nothing to overlap yet.
     int n_block = t.n_blocks.end - 1;
@@ -353,13 +407,18 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
 
     scale_rows(tOrO, inv_sum);
     asm volatile("" ::: "memory");  // read the published tile here, not before the loop
+    if (params.scheduler.key_splits > 1) {  // a piece of the tile's keys: the combine kernel stores the tile
+      store_split_partial<Traits>(params, published, key_split_of(params, smem.scheduled[slot]), pack, tOrO, thr_pv,
+                                  lse, thread);
+      continue;
+    }
     const TailPiece piece = smem.scheduled[slot].piece;
     if (piece.writes_partial()) {  // a piece of a split tile: its owner stores the tile
       store_tail_partial<Traits>(params, piece.partial_slot, tOrO, lse, thread);
       continue;
     }
     if (piece.merge_count > 0) merge_tail_partials<Traits>(params, piece, tOrO, lse, thread);
-    store_tile<Traits>(params, published, tOrO, tScS, lse, thread);
+    store_tile<Traits>(params, published, tOrO, tScS, lse, pack, thread);
   }
 }
 

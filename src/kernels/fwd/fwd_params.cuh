@@ -44,9 +44,11 @@ struct ForwardParams {
   ShapeTokens shape_vt;
 
   Problem problem;
+  RowTensor q;  // read directly (not through tma_q) where a tile packs GQA heads
   RowTensor o;
   RowTensor lse;       // lse.data may be null
   float scale_log2;    // softmax_scale * log2(e)
+  int pack;            // query heads per tile row group (fwd_split_plan.hpp); 1: none
   TileScheduler scheduler;
   // Into the workspace (fwd_workspace.cuh), all null without one: its counters, which a kernel
   // ahead of this one zeroes; the dynamic schedule's tile counter (null: the static schedule); the
@@ -56,6 +58,11 @@ struct ForwardParams {
   int32_t* tile_counter;
   int32_t* tail_flags;
   float* tail_partials;
+  // The key splits' partials (null unless scheduler.key_splits > 1): (splits, output rows,
+  // kHeadDim) and (splits, output rows), see fwd_workspace.cuh.
+  float* split_o;
+  float* split_lse;
+  long long split_output_rows;
 };
 
 }  // namespace hopattn

@@ -1,12 +1,14 @@
 // The split tail's partials and their merge (see TileScheduler for the split itself, and
 // fwd_workspace.cuh for where the partials and flags live). The partial is written and read back
 // by the same thread index of the same fragment layout, so it never needs a shuffle. The owner
-// merges in slot order: the result is the same on every run.
+// merges in slot order: the result is the same on every run. The key splits' combine kernel
+// (fwd_split_combine.cuh) merges with the same rule (log_sum_exp.hpp).
 #pragma once
 
 #include <cute/tensor.hpp>
 
 #include "kernels/common/grid_dependency.cuh"
+#include "kernels/common/log_sum_exp.hpp"
 #include "kernels/common/mma_layouts.cuh"
 #include "kernels/fwd/fwd_workspace.cuh"
 
@@ -34,7 +36,8 @@ CUTE_DEVICE void store_tail_partial(const ForwardParams<Traits>& params, int slo
 }
 
 // The owner of a split tile: folds the partials of the slots [merge_first, merge_first +
-// merge_count) into its own normalised O and LSE, waiting for each until all its writers are in.
+// merge_count) into its own normalised O and LSE, in slot order, waiting for each until all its
+// writers are in. Each fold merges two pieces by the rule of log_sum_exp.hpp.
 template <class Traits, class AccO, int kRows>
 CUTE_DEVICE void merge_tail_partials(const ForwardParams<Traits>& params, const TailPiece& piece, AccO& tOrO,
                                      float (&lse)[kRows], int thread) {
@@ -52,16 +55,15 @@ CUTE_DEVICE void merge_tail_partials(const ForwardParams<Traits>& params, const 
     const float* part = params.tail_partials + slot * Workspace::kSlotFloats;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      // Both sides are normalised: weigh them by their share of the combined sum exp(lse).
       const float other = __ldcg(part + Workspace::kOFloats + r * kThreads + thread);
-      const float top = fmaxf(lse[r], other);
-      if (top == -INFINITY) continue;  // neither side saw a key: O stays 0
-      const float own_weight = expf(lse[r] - top);
-      const float other_weight = expf(other - top);
-      const float total = own_weight + other_weight;
-      const float own_share = own_weight / total;
-      const float other_share = other_weight / total;
-      lse[r] = top + logf(total);
+      LogSumExp merged;
+      merged.add(lse[r]);
+      merged.add(other);
+      const float total = merged.value();
+      if (total == -INFINITY) continue;  // neither side saw a key: O stays 0
+      const float own_share = piece_weight(lse[r], total);
+      const float other_share = piece_weight(other, total);
+      lse[r] = total;
       CUTE_UNROLL
       for (int c = 0; c < cute::size<1>(o); ++c) {
         o(r, c) = o(r, c) * own_share + __ldcg(part + o.layout()(r, c) * kThreads + thread) * other_share;

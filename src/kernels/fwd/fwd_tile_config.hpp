@@ -68,4 +68,19 @@ struct ForwardUnmaskedTileConfig<128> {
   static constexpr ForwardTileShape kShape{128, 176, 2, true, false, true};
 };
 
+// Tiles whose rows pack the query heads of a GQA group (decode, fwd_split_plan.hpp): by default
+// the any-mask tile's shape. At d64 the 192-row tile's three warpgroups (160 registers each)
+// spilled in the packed kernel's loop (its mask divides each row by the pack); two warpgroups
+// with 240 registers do not, and a decode tile's rows are mostly padding anyway.
+template <int kHeadDim>
+struct ForwardPackedTileConfig : ForwardTileConfig<kHeadDim> {};
+template <>
+struct ForwardPackedTileConfig<64> {
+  static constexpr ForwardTileShape kShape{128, 128, 3, false, false, true};
+};
+template <>
+struct ForwardPackedTileConfig<256> {
+  static constexpr ForwardTileShape kShape{128, 64, 2, true, false, false};
+};
+
 }  // namespace hopattn

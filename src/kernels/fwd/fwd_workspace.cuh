@@ -10,6 +10,11 @@
 //   partials  (ctas, kSlotFloats) fp32, split tail only: slot c holds CTA c's partial, each
 //             consumer thread's normalised O fragment and its rows' LSE (natural log),
 //             value-major so that a warp's stores and loads of one value are 128 contiguous bytes
+//   split O   (splits, output rows, kHeadDim) fp32, key splits only: each piece's normalised O of
+//             every real output row, an output row being a (query token, head) pair in the order
+//             split_output_row() gives; only real rows are written, so a decode problem's workspace
+//             holds its few rows rather than whole tiles
+//   split LSE (splits, output rows) fp32: their LSE (natural log; -inf where the piece saw no key)
 #pragma once
 
 #include <cstddef>
@@ -20,6 +25,13 @@
 
 namespace hopattn {
 
+// The index of output row (query token, head) among the key splits' rows of one piece: query
+// `query` of batch entry `batch`, whose sequence starts at token q_offset in varlen mode.
+HOPATTN_HOST_DEVICE long long split_output_row(const Problem& p, int batch, long long q_offset, int query, int head) {
+  const long long token = p.varlen() ? q_offset + query : static_cast<long long>(batch) * p.max_seqlen_q + query;
+  return token * p.heads + head;
+}
+
 template <class Traits>
 struct ForwardWorkspace {
   static constexpr int kRowsPerThread = 2;  // of a 64-row WGMMA accumulator
@@ -28,24 +40,40 @@ struct ForwardWorkspace {
   static constexpr size_t kAlignment = 256;
 
   static int counters(int ctas, bool split) { return 1 + (split ? ctas : 0); }
-  static size_t counters_bytes(int ctas, bool split) {
-    return (counters(ctas, split) * sizeof(int32_t) + kAlignment - 1) / kAlignment * kAlignment;
+  static size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+  static size_t counters_bytes(int ctas, bool split) { return aligned(counters(ctas, split) * sizeof(int32_t)); }
+  static size_t tail_bytes(int ctas, bool split) { return split ? ctas * kSlotFloats * sizeof(float) : 0; }
+  // The key splits' partials: `splits` pieces of `output_rows` rows (0 splits: none).
+  static size_t split_o_bytes(int splits, long long output_rows) {
+    return aligned(static_cast<size_t>(splits) * output_rows * Traits::kHeadDim * sizeof(float));
   }
-  static size_t bytes_for(int ctas, bool split) {
-    const size_t partials = split ? ctas * kSlotFloats * sizeof(float) : 0;
-    return counters_bytes(ctas, split) + partials + kAlignment;
+  static size_t split_lse_bytes(int splits, long long output_rows) {
+    return aligned(static_cast<size_t>(splits) * output_rows * sizeof(float));
+  }
+  static size_t bytes_for(int ctas, bool split, int key_splits = 0, long long output_rows = 0) {
+    return counters_bytes(ctas, split) + aligned(tail_bytes(ctas, split)) + split_o_bytes(key_splits, output_rows) +
+           split_lse_bytes(key_splits, output_rows) + kAlignment;
   }
 
-  // Points `params` into `base` (16-byte aligned, bytes_for(ctas, split) bytes): the tile counter
-  // where `dynamic`, the split tail's flags and partials where `split`.
-  static void carve(void* base, int ctas, bool dynamic, bool split, ForwardParams<Traits>& params) {
+  // Points `params` into `base` (16-byte aligned, bytes_for() bytes for the same arguments): the
+  // tile counter where `dynamic`, the split tail's flags and partials where `split`, the key
+  // splits' partials where key_splits > 1.
+  static void carve(void* base, int ctas, bool dynamic, bool split, int key_splits, long long output_rows,
+                    ForwardParams<Traits>& params) {
     const uintptr_t at = (reinterpret_cast<uintptr_t>(base) + kAlignment - 1) / kAlignment * kAlignment;
     params.workspace_counters = reinterpret_cast<int32_t*>(at);
     params.workspace_counter_count = counters(ctas, split);
     if (dynamic) params.tile_counter = params.workspace_counters;
+    const uintptr_t tail_at = at + counters_bytes(ctas, split);
     if (split) {
       params.tail_flags = params.workspace_counters + 1;
-      params.tail_partials = reinterpret_cast<float*>(at + counters_bytes(ctas, split));
+      params.tail_partials = reinterpret_cast<float*>(tail_at);
+    }
+    if (key_splits > 1) {
+      const uintptr_t o_at = tail_at + aligned(tail_bytes(ctas, split));
+      params.split_o = reinterpret_cast<float*>(o_at);
+      params.split_lse = reinterpret_cast<float*>(o_at + split_o_bytes(key_splits, output_rows));
+      params.split_output_rows = output_rows;
     }
   }
 };

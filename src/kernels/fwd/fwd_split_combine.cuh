@@ -1,0 +1,134 @@
+// The key splits' combine step (see fwd_split_plan.hpp): after the forward kernel, merges each
+// output row's pieces, left in the workspace as normalised O and LSE (fwd_workspace.cuh), into O
+// and LSE by the rule the split tail's owners use (log_sum_exp.hpp):
+//   lse = log(sum_s exp(lse_s)),   O = sum_s exp(lse_s - lse) * O_s.
+// A CTA takes kRows output rows of one sequence. First each warp works out one row's lse, its
+// lanes reading the pieces' LSE side by side; then every warp sums its share of the pieces (piece
+// s goes to warp s % kWarps) for all kRows rows, so that a few rows with many pieces (decode with
+// MQA: 32 rows, 128 pieces) still have kWarps * kRows independent loads in flight; last, the
+// warps' sums are added in warp order. Every order is fixed, so the result is the same on every
+// run, whatever CTA finished which piece first.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/numeric_conversion.h>
+
+#include "kernels/common/grid_dependency.cuh"
+#include "kernels/common/log_sum_exp.hpp"
+#include "kernels/fwd/fwd_split_plan.hpp"
+#include "kernels/fwd/fwd_workspace.cuh"
+
+namespace hopattn {
+
+template <class Traits>
+struct SplitCombineShape {
+  static constexpr int kWarps = ForwardSplitModel::kCombineRowsPerCta;
+  static constexpr int kRows = kWarps;  // output rows per CTA: one per warp in the first step
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kColumnsPerLane = Traits::kHeadDim / 32;  // lane l: columns l, l + 32, ...
+  static_assert(Traits::kHeadDim % 32 == 0, "a warp covers a row in steps of 32 columns");
+};
+
+// The warp's LogSumExp accumulators merged (butterfly: every lane ends with the same value,
+// computed in the same order on every run).
+CUTE_DEVICE LogSumExp warp_merge(LogSumExp acc) {
+  CUTE_UNROLL
+  for (int offset = 16; offset > 0; offset /= 2) {
+    LogSumExp other;
+    other.top = __shfl_xor_sync(0xffffffff, acc.top, offset);
+    other.sum = __shfl_xor_sync(0xffffffff, acc.sum, offset);
+    acc.merge(other);
+  }
+  return acc;
+}
+
+// Grid: one CTA per kRows output rows of each sequence, blockIdx.x = batch * row_blocks + block,
+// row_blocks = ceil(max_seqlen_q * heads / kRows). Output row i of a sequence is (query i / heads,
+// head i % heads); rows past the sequence's queries are not written, as in the forward.
+template <class Traits>
+__global__ void __launch_bounds__(SplitCombineShape<Traits>::kThreads)
+    combine_key_splits_kernel(CUTE_GRID_CONSTANT ForwardParams<Traits> const params, int row_blocks) {
+  using Shape = SplitCombineShape<Traits>;
+  using Element = typename Traits::Element;
+  constexpr int kWarps = Shape::kWarps;
+  constexpr int kRows = Shape::kRows;
+  constexpr int kColumns = Shape::kColumnsPerLane;
+  __shared__ float row_lse[kRows];
+  __shared__ float sums[kWarps][kRows][Traits::kHeadDim];
+
+  // Every CTA waits for the forward kernel, also those past their sequence's rows: a CTA that left
+  // before it could let this kernel complete while the forward still runs.
+  wait_for_previous_kernel();
+  const Problem& p = params.problem;
+  // A sequence's output rows fit in int (fwd_split_plan.hpp splits only then).
+  const int batch = blockIdx.x / row_blocks;
+  const int first = static_cast<int>(blockIdx.x % row_blocks) * kRows;
+  const Sequence seq = p.queries.sequence(batch);
+  const int rows_in_sequence = seq.length * p.heads;
+  if (first >= rows_in_sequence) return;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int splits = params.scheduler.key_splits;
+  const long long piece_rows = params.split_output_rows;
+  auto row_index = [&](int r) {  // among one piece's rows (fwd_workspace.cuh)
+    const int i = first + r;
+    return split_output_row(p, batch, seq.offset, i / p.heads, i % p.heads);
+  };
+
+  // 1. Row `warp`'s merged LSE (-inf where no piece saw a key).
+  if (first + warp < rows_in_sequence) {
+    const long long row = row_index(warp);
+    LogSumExp merged;
+    for (int s = lane; s < splits; s += 32) merged.add(__ldcg(params.split_lse + s * piece_rows + row));
+    merged = warp_merge(merged);
+    if (lane == 0) row_lse[warp] = merged.value();
+  }
+  __syncthreads();
+
+  // 2. This warp's pieces, weighted. A piece that saw no key (LSE -inf, weight 0) left no O: its
+  // slot is read (it lies inside the workspace) but never used.
+  float acc[kRows][kColumns];
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    CUTE_UNROLL
+    for (int c = 0; c < kColumns; ++c) acc[r][c] = 0.f;
+  }
+  for (int s = warp; s < splits; s += kWarps) {
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      if (first + r >= rows_in_sequence || row_lse[r] == -INFINITY) continue;
+      const long long at = s * piece_rows + row_index(r);
+      const float weight = piece_weight(__ldcg(params.split_lse + at), row_lse[r]);
+      const float* o = params.split_o + at * Traits::kHeadDim + lane;
+      CUTE_UNROLL
+      for (int c = 0; c < kColumns; ++c) {
+        const float v = __ldcg(o + 32 * c);
+        if (weight > 0.f) acc[r][c] = fmaf(weight, v, acc[r][c]);
+      }
+    }
+  }
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    CUTE_UNROLL
+    for (int c = 0; c < kColumns; ++c) sums[warp][r][lane + 32 * c] = acc[r][c];
+  }
+  __syncthreads();
+
+  // 3. Row `warp`: the warps' sums in warp order, then O and LSE.
+  if (first + warp >= rows_in_sequence) return;
+  const int i = first + warp;
+  const long long token = seq.offset + i / p.heads;
+  const int head = i % p.heads;
+  Element* out = params.o.template at<Element>(batch, token, head);
+  CUTE_UNROLL
+  for (int c = 0; c < kColumns; ++c) {
+    const int column = lane + 32 * c;
+    float v = 0.f;
+    CUTE_UNROLL
+    for (int w = 0; w < kWarps; ++w) v += sums[w][warp][column];
+    if (column < p.head_dim) out[column] = static_cast<Element>(v);
+  }
+  if (lane == 0 && params.lse.data != nullptr) *params.lse.template at<float>(batch, token, head) = row_lse[warp];
+}
+
+}  // namespace hopattn

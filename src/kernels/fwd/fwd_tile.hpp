@@ -1,0 +1,77 @@
+// Where one (m_block, head, batch) tile of the forward lives, and which key blocks it visits:
+// plain host/device code, so that the CPU tests check the whole decomposition of a problem into
+// tiles (and packed rows, key pieces) against the mask's definition.
+#pragma once
+
+#include "kernels/common/block_range.hpp"
+#include "kernels/common/host_device.hpp"
+#include "kernels/common/problem.hpp"
+#include "kernels/common/tile_scheduler.hpp"
+
+namespace hopattn {
+
+struct ForwardTile {
+  // Tile rows are query rows, or with packed GQA heads (params.pack > 1) (query row, head) pairs:
+  // row r is query r / pack of head `head` + r % pack (see query_of / head_of). The pack is the
+  // kernel's, not a field: the publisher warp builds the tile in 24 registers.
+  int first_row;  // row of the tile's row 0: m_block * kBlockM - query_block_pad (may be < 0)
+  int head;       // the tile's (first) query head
+  int head_kv;
+  int batch_coord;  // batch index of the TMA tensors (0 in varlen mode, where offsets locate sequences)
+  int batch;
+  int q_offset;     // first token of the sequence along the packed axis (0 in fixed-length mode)
+  int k_offset;
+  int seqlen_q;
+  int seqlen_k;
+  BlockRange n_blocks;  // key blocks to visit, all of them from n_blocks.end - 1 down
+  BlockRange unmasked;  // the ones among them that need no mask
+
+  HOPATTN_HOST_DEVICE int rows(int pack) const { return seqlen_q * pack; }
+  HOPATTN_HOST_DEVICE bool has_rows(int pack) const { return first_row < rows(pack); }
+  // Row `row` (>= 0) of the sequence's rows: its query and head.
+  HOPATTN_HOST_DEVICE int query_of(int row, int pack) const { return pack == 1 ? row : row / pack; }
+  HOPATTN_HOST_DEVICE int head_of(int row, int pack) const { return pack == 1 ? head : head + row % pack; }
+
+  // What the publisher warp hands the consumers after the last tile (no tile has a negative head).
+  HOPATTN_HOST_DEVICE static ForwardTile end_marker() {
+    ForwardTile t{};
+    t.head = -1;
+    return t;
+  }
+  HOPATTN_HOST_DEVICE bool is_end_marker() const { return head < 0; }
+};
+
+// The tile that `s` schedules, for tiles of block_m rows and key blocks of block_n keys, `pack`
+// rows per query (fwd_split_plan.hpp).
+HOPATTN_HOST_DEVICE ForwardTile forward_tile(const Problem& p, const TileScheduler& scheduler, int pack, int block_m,
+                                             int block_n, const ScheduledTile& s) {
+  const WorkTile w = scheduler.tile(s.linear);
+  const Sequence q = p.queries.sequence(w.batch);
+  const Sequence k = p.keys.sequence(w.batch);
+  ForwardTile t;
+  const int pad = query_block_pad(p.mask, block_m, q.length * pack);
+  t.first_row = w.m_block * block_m - pad;
+  // Packed, the scheduler's head is the KV head and the tile starts at its group's first head.
+  t.head = pack == 1 ? w.head : w.head * pack;
+  t.head_kv = pack == 1 ? w.head / (p.heads / p.heads_kv) : w.head;
+  t.batch = w.batch;
+  t.batch_coord = p.varlen() ? 0 : w.batch;
+  t.q_offset = static_cast<int>(q.offset);
+  t.k_offset = static_cast<int>(k.offset);
+  t.seqlen_q = q.length;
+  t.seqlen_k = k.length;
+  t.n_blocks = n_block_range(p.mask, w.m_block, block_m, block_n, q.length, k.length, pad, pack);
+  t.unmasked = n_block_range_unmasked(p.mask, w.m_block, block_m, block_n, q.length, k.length, pad, pack);
+  if (scheduler.key_splits > 1) {  // this piece's share of the visible blocks
+    const BlockRange piece = key_split_piece(t.n_blocks, w.split, scheduler.key_splits);
+    t.n_blocks = piece;
+    t.unmasked = intersect(t.unmasked, piece);
+  } else if (scheduler.split(s.linear)) {
+    const BlockRange piece{t.n_blocks.begin + s.key_begin, t.n_blocks.begin + s.key_end};
+    t.n_blocks = intersect(t.n_blocks, piece);
+    t.unmasked = intersect(t.unmasked, piece);
+  }
+  return t;
+}
+
+}  // namespace hopattn
