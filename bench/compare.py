@@ -4,6 +4,7 @@
     python3 bench/compare.py run --json OUT.json [--report-dir DIR] [--quick] [subset options]
     python3 bench/compare.py report FILES... --out DIR [--name NAME] [--peers cudnn,fa2]
     python3 bench/compare.py decode --json OUT.json [--report-dir DIR] [--quick] [subset options]
+    python3 bench/compare.py chunked_prefill --json OUT.json [--report-dir DIR] [--quick] [subset options]
 
 `run` (needs PyTorch, a Hopper GPU and the hopattn package) times hopattn and its peers on the
 same tensors in one process: PyTorch SDPA's cuDNN, FlashAttention-2 and memory-efficient backends
@@ -24,7 +25,11 @@ one file of `run`) and writes NAME.md (TFLOP/s per implementation and hopattn/pe
 geomean per panel) and NAME-<direction>-<dtype>[-gqaH-HKV|-varlen].png plots in the style of the
 FlashAttention papers (grouped bars per seqlen, one panel per head dim x causal).
 
-`decode` (bench/decode.py) times decode attention, a few query rows against a long KV cache, in TB/s.
+`decode` (bench/decode.py) times decode attention, a few query rows against a long KV cache
+(contiguous or paged, and the step that appends a key with rotary embedding), in TB/s.
+
+`chunked_prefill` (bench/chunked_prefill.py) times varlen query chunks attending causally to their
+KV caches, contiguous or paged, in TFLOP/s.
 
 Nothing here imports torch or matplotlib at module level: the report part runs on any machine
 with matplotlib, and the module imports anywhere.
@@ -839,7 +844,7 @@ def run_main(argv):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in ("run", "report", "decode"):
+    if not argv or argv[0] not in ("run", "report", "decode", "chunked_prefill"):
         print(__doc__, file=sys.stderr)
         return 2
     if argv[0] == "report":
@@ -849,6 +854,10 @@ def main(argv=None):
         import decode  # bench/; imported here, not at the top, because it imports this module
 
         return decode.main(argv[1:])
+    if argv[0] == "chunked_prefill":
+        import chunked_prefill  # bench/, imported here for the same reason
+
+        return chunked_prefill.main(argv[1:])
     return run_main(argv[1:])
 
 

@@ -52,6 +52,15 @@ typedef struct hopattn_varlen {
   int32_t max_seqlen_k;
 } hopattn_varlen;
 
+/* A paged KV cache's page table (hopattn.hpp, PageTable): key j of sequence b is row
+ * j % page_size of page data[b * row_stride + j / page_size]. data == NULL: no paging. */
+typedef struct hopattn_page_table {
+  const int32_t* data; /* device memory, (batch, max_pages) */
+  int64_t batch;       /* rows: one per sequence (or per cache_batch_idx value) */
+  int64_t max_pages;   /* columns: pages a sequence can own */
+  int64_t row_stride;  /* elements between rows; 0 means max_pages */
+} hopattn_page_table;
+
 typedef struct hopattn_forward_args {
   size_t struct_size;
   hopattn_tensor q, k, v, o, lse;
@@ -64,6 +73,10 @@ typedef struct hopattn_forward_args {
    * n > 1: up to n; splits need the workspace) and GQA head packing (-1: chosen, 0: off, 1: on). */
   int32_t num_splits;
   int32_t pack_gqa;
+  /* Added after 0.1.0: paged K/V (chunked prefill). With page_table.data set, k and v are
+   * (num_pages, page_size, heads_kv, head_dim), varlen.cu_seqlens_k must be null and
+   * varlen.seqused_k counts each sequence's keys (default: max_pages * page_size). */
+  hopattn_page_table page_table;
 } hopattn_forward_args;
 
 typedef struct hopattn_backward_args {
@@ -77,8 +90,52 @@ typedef struct hopattn_backward_args {
   int32_t deterministic;
 } hopattn_backward_args;
 
+/* Rotary embedding of q and the new keys in hopattn_forward_kvcache (hopattn.hpp, RotaryEmbedding):
+ * the first rotary_dim = 2 * cos.shape[1] entries of each head are rotated by pairs. */
+typedef struct hopattn_rotary {
+  hopattn_tensor cos;          /* (max_position, rotary_dim / 2) of q's dtype; cos.data == NULL: no rotary */
+  hopattn_tensor sin;          /* like cos */
+  int32_t interleaved;         /* nonzero: pairs (2i, 2i + 1) (GPT-J); 0: (i, i + rotary_dim / 2) (GPT-NeoX) */
+  hopattn_int_array positions; /* optional (batch): position of each sequence's first new key;
+                                  default cache_seqlens */
+} hopattn_rotary;
+
+/* hopattn.hpp's KVCacheArgs, field by field: FlashAttention's flash_attn_with_kvcache. The new
+ * keys and values (if any) are written into the cache at cache_seqlens, rotary embedding applied to
+ * them and to q (if given), then q attends to each sequence's cache
+ * [cache_leftpad[b], cache_seqlens[b] + new keys). See docs/semantics.md, "KV caches". */
+typedef struct hopattn_kvcache_args {
+  size_t struct_size;
+  hopattn_tensor q; /* (batch, seqlen_q, heads, head_dim), or (total_q, heads, head_dim) with cu_seqlens_q */
+  /* (cache_rows, capacity, heads_kv, head_dim), or (num_pages, page_size, heads_kv, head_dim) with a
+   * page table; updated in place where k_new/v_new are given. */
+  hopattn_tensor k_cache;
+  hopattn_tensor v_cache;
+  hopattn_page_table page_table;     /* optional: a paged cache */
+  hopattn_int_array cache_seqlens;   /* (batch): tokens in each sequence's cache before this call */
+  hopattn_int_array cache_batch_idx; /* optional (batch): the cache row (or page table row) of sequence b */
+  hopattn_int_array cache_leftpad;   /* optional (batch): first cache position of sequence b */
+  /* Optional new keys/values, appended at cache_seqlens[b]: (batch, seqlen_new, heads_kv, head_dim),
+   * or (total_new, heads_kv, head_dim) with cu_seqlens_new. Both or neither. */
+  hopattn_tensor k_new;
+  hopattn_tensor v_new;
+  hopattn_int_array cu_seqlens_new; /* optional (batch + 1) */
+  hopattn_rotary rotary;            /* optional; needs k_new/v_new */
+  hopattn_int_array cu_seqlens_q;   /* optional (batch + 1): varlen queries (chunked prefill) */
+  int32_t max_seqlen_q;             /* with cu_seqlens_q: >= every query sequence's length */
+  hopattn_tensor o;                 /* like q, written */
+  hopattn_tensor lse;               /* optional, float32 (batch, heads, seqlen_q) or (heads, total_q), written */
+  float softmax_scale;              /* 0 selects 1/sqrt(head_dim) */
+  int32_t causal;
+  int32_t window_left;  /* -1: unbounded */
+  int32_t window_right; /* -1: unbounded */
+  int32_t num_splits;   /* as in hopattn_forward_args */
+  int32_t pack_gqa;     /* as in hopattn_forward_args */
+} hopattn_kvcache_args;
+
 void hopattn_forward_args_init(hopattn_forward_args* args);
 void hopattn_backward_args_init(hopattn_backward_args* args);
+void hopattn_kvcache_args_init(hopattn_kvcache_args* args);
 
 /* `stream` is a cudaStream_t (NULL: the legacy default stream). */
 int hopattn_forward(const hopattn_forward_args* args, void* stream);
@@ -86,6 +143,11 @@ int hopattn_forward(const hopattn_forward_args* args, void* stream);
 int hopattn_forward_workspace_size(const hopattn_forward_args* args, size_t* bytes);
 int hopattn_forward_with_workspace(const hopattn_forward_args* args, void* workspace, size_t workspace_bytes,
                                    void* stream);
+/* Device workspace that hopattn_forward_kvcache needs for these arguments (may be 0). */
+int hopattn_forward_kvcache_workspace_size(const hopattn_kvcache_args* args, size_t* bytes);
+/* Appends k_new/v_new to the cache (with rotary embedding), then computes o (and lse). Nothing is
+ * launched, and the cache is untouched, when the arguments are rejected. */
+int hopattn_forward_kvcache(const hopattn_kvcache_args* args, void* workspace, size_t workspace_bytes, void* stream);
 int hopattn_backward_workspace_size(const hopattn_backward_args* args, size_t* bytes);
 int hopattn_backward(const hopattn_backward_args* args, void* workspace, size_t workspace_bytes, void* stream);
 

@@ -101,6 +101,21 @@ inline constexpr float kDefaultSoftmaxScale = 0.0f;
 // heads"). kAuto packs where that needs fewer tiles (a few query rows per sequence: decode).
 enum class PackGqa : int32_t { kAuto = -1, kOff = 0, kOn = 1 };
 
+// A paged KV cache's page table (docs/semantics.md, "KV caches"): K and V are pages of
+// (num_pages, page_size, H_kv, d), and key j of sequence b is row j % page_size of page
+// data[b * row_stride + j / page_size]. Any page_size >= 1 works; page sizes that are a multiple
+// of the kernel's key block (128 up to d128) load a block with one TMA copy, others gather rows.
+// Page indices live on the device: one outside [0, num_pages) is never followed, and the rows of
+// its sequence come out NaN.
+struct PageTable {
+  const int32_t* data = nullptr;  // device memory, (batch, max_pages) int32; null: no paging
+  int64_t batch = 0;              // rows: one per sequence (or per cache_batch_idx value)
+  int64_t max_pages = 0;          // columns: pages a sequence can own
+  int64_t row_stride = 0;         // elements between rows; 0 means max_pages
+
+  bool enabled() const { return data != nullptr; }
+};
+
 struct ForwardArgs {
   Tensor q;    // (batch, seqlen_q, H, d)
   Tensor k;    // (batch, seqlen_k, H_kv, d)
@@ -114,6 +129,54 @@ struct ForwardArgs {
   // choose, 1 never splits, n > 1 splits them into up to n pieces merged afterwards. Splits need
   // the workspace (forward_workspace_size() counts them); forward() without one never splits.
   // Results agree with the unsplit ones within rounding and are the same on every run.
+  int32_t num_splits = 0;
+  PackGqa pack_gqa = PackGqa::kAuto;
+  // Paged K/V (chunked prefill, docs/semantics.md "KV caches"): with page_table set, k and v are
+  // (num_pages, page_size, H_kv, d) and sequence b's keys are its pages in table order, as many as
+  // varlen.seqused_k[b] says (all max_pages * page_size of them without it). Varlen queries then
+  // take cu_seqlens_q and seqused_k, with no cu_seqlens_k.
+  PageTable page_table;
+};
+
+// Rotary position embedding of q and the new keys in forward_kvcache (RoPE). The first
+// rotary_dim = 2 * cos.shape[1] entries of each head are rotated, by pairs: (2i, 2i + 1) when
+// interleaved (GPT-J), (i, i + rotary_dim / 2) otherwise (GPT-NeoX). The new key number t of
+// sequence b takes row positions[b] + t of cos and sin; queries see docs/semantics.md.
+struct RotaryEmbedding {
+  Tensor cos;  // (max_position, rotary_dim / 2) of q's dtype; cos.data == nullptr: no rotary
+  Tensor sin;  // like cos
+  bool interleaved = false;
+  IntArray positions;  // optional (batch): position of each sequence's first new key; default cache_seqlens
+
+  bool enabled() const { return cos.data != nullptr; }
+};
+
+// One attention call against a KV cache, as FlashAttention's flash_attn_with_kvcache: the new
+// keys and values (if any) are written into the cache at cache_seqlens, rotary embedding applied
+// to them and to q (if given), then q attends to each sequence's cache
+// [cache_leftpad[b], cache_seqlens[b] + new keys). See docs/semantics.md, "KV caches".
+struct KVCacheArgs {
+  Tensor q;  // (batch, seqlen_q, H, d), or (total_q, H, d) with cu_seqlens_q
+  // The cache: (batch_cache, capacity, H_kv, d), or (num_pages, page_size, H_kv, d) with a
+  // page table. Updated in place where k_new/v_new are given.
+  Tensor k_cache;
+  Tensor v_cache;
+  PageTable page_table;
+  IntArray cache_seqlens;    // (batch): tokens in each sequence's cache before this call
+  IntArray cache_batch_idx;  // optional (batch): the cache row (or page table row) of sequence b
+  IntArray cache_leftpad;    // optional (batch): first cache position of sequence b (left padding)
+  // Optional new keys/values, appended at cache_seqlens[b]: (batch, seqlen_new, H_kv, d), or
+  // (total_new, H_kv, d) with cu_seqlens_new.
+  Tensor k_new;
+  Tensor v_new;
+  IntArray cu_seqlens_new;  // optional (batch + 1)
+  RotaryEmbedding rotary;   // needs k_new
+  IntArray cu_seqlens_q;    // optional (batch + 1): varlen queries (chunked prefill)
+  int32_t max_seqlen_q = 0; // with cu_seqlens_q: >= every query sequence's length
+  Tensor o;    // like q, written
+  Tensor lse;  // fp32 (batch, H, seqlen_q) or (H, total_q), written; optional
+  float softmax_scale = kDefaultSoftmaxScale;
+  Mask mask;
   int32_t num_splits = 0;
   PackGqa pack_gqa = PackGqa::kAuto;
 };
@@ -157,6 +220,15 @@ Status backward_workspace_size(const BackwardArgs& args, size_t* bytes);
 
 // Computes dQ, dK, dV on `stream`, using `workspace` (see backward_workspace_size).
 Status backward(const BackwardArgs& args, Workspace workspace, Stream stream);
+
+// Device workspace forward_kvcache needs for these arguments (may be 0): the rotated q, each
+// sequence's key count after the append, and what forward() would use.
+Status forward_kvcache_workspace_size(const KVCacheArgs& args, size_t* bytes);
+
+// Appends k_new/v_new to the cache (with rotary embedding), then computes O (and LSE) on
+// `stream`. Validates all arguments first; nothing is launched (and the cache is untouched) on
+// error. Safe to capture in a CUDA graph: nothing is read on the host.
+Status forward_kvcache(const KVCacheArgs& args, Workspace workspace, Stream stream);
 
 // Which specialised kernels this build compiled (CMake HOPATTN_HEADDIMS / HOPATTN_DTYPES).
 struct BuildInfo {

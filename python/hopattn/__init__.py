@@ -4,9 +4,11 @@
     out = hopattn.attention(q, k, v, causal=True)          # q, k, v: (batch, seqlen, heads, head_dim)
     out, lse = hopattn.attention(q, k, v, return_lse=True)  # lse: (batch, heads, seqlen_q), float32
     out = hopattn.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    out = hopattn.attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lens)  # decode step
 
-For FlashAttention-3 users, `from hopattn import flash_attn_func, flash_attn_varlen_func` takes the
-place of `from flash_attn_interface import ...` (same argument names and return values).
+For FlashAttention-3 users, `from hopattn import flash_attn_func, flash_attn_varlen_func,
+flash_attn_with_kvcache` takes the place of `from flash_attn_interface import ...` (same argument
+names and return values).
 
 The package binds the library's C ABI with ctypes: no PyTorch C++ headers at build time and no
 CPython extension, so one built package works with any Python 3 and any PyTorch >= 2.4. Importing
@@ -34,8 +36,10 @@ except ImportError:  # running from the source tree
 __all__ = [
     "attention",
     "attention_varlen",
+    "attention_with_kvcache",
     "flash_attn_func",
     "flash_attn_varlen_func",
+    "flash_attn_with_kvcache",
     "HopattnError",
     "InvalidArgumentError",
     "ArgumentTypeError",
@@ -72,8 +76,8 @@ def torch_available() -> bool:
 
 
 if _TORCH_PROBLEM is None:
-    from ._torch import attention, attention_varlen
-    from .flash_attn_interface import flash_attn_func, flash_attn_varlen_func
+    from ._torch import attention, attention_varlen, attention_with_kvcache
+    from .flash_attn_interface import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
 else:
 
     def _unavailable(name):
@@ -86,5 +90,7 @@ else:
 
     attention = _unavailable("attention")
     attention_varlen = _unavailable("attention_varlen")
+    attention_with_kvcache = _unavailable("attention_with_kvcache")
     flash_attn_func = _unavailable("flash_attn_func")
     flash_attn_varlen_func = _unavailable("flash_attn_varlen_func")
+    flash_attn_with_kvcache = _unavailable("flash_attn_with_kvcache")

@@ -115,6 +115,24 @@ class Varlen(ctypes.Structure):
     ]
 
 
+class PageTable(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("batch", ctypes.c_int64),
+        ("max_pages", ctypes.c_int64),
+        ("row_stride", ctypes.c_int64),
+    ]
+
+
+class Rotary(ctypes.Structure):
+    _fields_ = [
+        ("cos", Tensor),
+        ("sin", Tensor),
+        ("interleaved", ctypes.c_int32),
+        ("positions", IntArray),
+    ]
+
+
 class ForwardArgs(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
@@ -130,6 +148,7 @@ class ForwardArgs(ctypes.Structure):
         ("varlen", Varlen),
         ("num_splits", ctypes.c_int32),
         ("pack_gqa", ctypes.c_int32),
+        ("page_table", PageTable),
     ]
 
 
@@ -154,12 +173,45 @@ class BackwardArgs(ctypes.Structure):
     ]
 
 
+class KVCacheArgs(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("q", Tensor),
+        ("k_cache", Tensor),
+        ("v_cache", Tensor),
+        ("page_table", PageTable),
+        ("cache_seqlens", IntArray),
+        ("cache_batch_idx", IntArray),
+        ("cache_leftpad", IntArray),
+        ("k_new", Tensor),
+        ("v_new", Tensor),
+        ("cu_seqlens_new", IntArray),
+        ("rotary", Rotary),
+        ("cu_seqlens_q", IntArray),
+        ("max_seqlen_q", ctypes.c_int32),
+        ("o", Tensor),
+        ("lse", Tensor),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("num_splits", ctypes.c_int32),
+        ("pack_gqa", ctypes.c_int32),
+    ]
+
+
 # The same layouts as `struct` formats (native alignment, like the C compiler's), padded at the end
 # to the struct's size so that the library may read struct_size bytes.
 _TENSOR_FMT = "P2i4q4q"
 _INT_ARRAY_FMT = "Pq"
 _VARLEN_FMT = _INT_ARRAY_FMT * 4 + "2i"
 _COMMON_TAIL_FMT = "f3i" + _VARLEN_FMT
+_PAGE_TABLE_FMT = "P3q"
+_ROTARY_FMT = _TENSOR_FMT * 2 + "i" + _INT_ARRAY_FMT
+# q, k_cache, v_cache, page_table, cache_seqlens, cache_batch_idx, cache_leftpad: the cache.
+_KVCACHE_CACHE_FMT = "N" + _TENSOR_FMT * 3 + _PAGE_TABLE_FMT + _INT_ARRAY_FMT * 3
+# k_new, v_new, cu_seqlens_new, rotary, cu_seqlens_q, max_seqlen_q: the append and the queries.
+_KVCACHE_APPEND_FMT = _TENSOR_FMT * 2 + _INT_ARRAY_FMT + _ROTARY_FMT + _INT_ARRAY_FMT + "i"
 
 
 def _padded(fmt: str, ctype) -> struct.Struct:
@@ -169,10 +221,12 @@ def _padded(fmt: str, ctype) -> struct.Struct:
     return struct.Struct("@" + fmt + (f"{pad}x" if pad else ""))
 
 
-_FORWARD = _padded("N" + _TENSOR_FMT * 5 + _COMMON_TAIL_FMT + "2i", ForwardArgs)
+_FORWARD = _padded("N" + _TENSOR_FMT * 5 + _COMMON_TAIL_FMT + "2i" + _PAGE_TABLE_FMT, ForwardArgs)
 _BACKWARD = _padded("N" + _TENSOR_FMT * 9 + _COMMON_TAIL_FMT + "i", BackwardArgs)
+_KVCACHE = _padded(_KVCACHE_CACHE_FMT + _KVCACHE_APPEND_FMT + _TENSOR_FMT * 2 + "f3i" + "2i", KVCacheArgs)
 FORWARD_ARGS_SIZE = ctypes.sizeof(ForwardArgs)
 BACKWARD_ARGS_SIZE = ctypes.sizeof(BackwardArgs)
+KVCACHE_ARGS_SIZE = ctypes.sizeof(KVCacheArgs)
 
 
 def _check_layouts() -> None:
@@ -190,6 +244,7 @@ def _check_layouts() -> None:
             ("varlen", "N" + tensor * 5 + "f3i"),
             ("num_splits", "N" + tensor * 5 + _COMMON_TAIL_FMT),
             ("pack_gqa", "N" + tensor * 5 + _COMMON_TAIL_FMT + "i"),
+            ("page_table", "N" + tensor * 5 + _COMMON_TAIL_FMT + "2i"),
         ],
         BackwardArgs: [
             ("dv", "N" + tensor * 8),
@@ -197,12 +252,25 @@ def _check_layouts() -> None:
             ("varlen", "N" + tensor * 9 + "f3i"),
             ("deterministic", "N" + tensor * 9 + _COMMON_TAIL_FMT),
         ],
+        KVCacheArgs: [
+            ("page_table", "N" + tensor * 3),
+            ("cache_leftpad", "N" + tensor * 3 + _PAGE_TABLE_FMT + _INT_ARRAY_FMT * 2),
+            ("k_new", _KVCACHE_CACHE_FMT),
+            ("rotary", _KVCACHE_CACHE_FMT + tensor * 2 + _INT_ARRAY_FMT),
+            ("cu_seqlens_q", _KVCACHE_CACHE_FMT + tensor * 2 + _INT_ARRAY_FMT + _ROTARY_FMT),
+            ("max_seqlen_q", _KVCACHE_CACHE_FMT + _KVCACHE_APPEND_FMT[:-1]),
+            ("o", _KVCACHE_CACHE_FMT + _KVCACHE_APPEND_FMT + "0P"),  # "0P": the padding before a pointer
+            ("softmax_scale", _KVCACHE_CACHE_FMT + _KVCACHE_APPEND_FMT + tensor * 2),
+            ("num_splits", _KVCACHE_CACHE_FMT + _KVCACHE_APPEND_FMT + tensor * 2 + "f3i"),
+            ("pack_gqa", _KVCACHE_CACHE_FMT + _KVCACHE_APPEND_FMT + tensor * 2 + "f4i"),
+        ],
+        Rotary: [("interleaved", tensor * 2), ("positions", tensor * 2 + "i0P")],
     }
     for ctype, fields in expected.items():
         for name, prefix in fields:
             if getattr(ctype, name).offset != offset_of(prefix):
                 raise ImportError(f"hopattn: {ctype.__name__}.{name} offset mismatch between ctypes and struct")
-    if _FORWARD.size != FORWARD_ARGS_SIZE or _BACKWARD.size != BACKWARD_ARGS_SIZE:
+    if _FORWARD.size != FORWARD_ARGS_SIZE or _BACKWARD.size != BACKWARD_ARGS_SIZE or _KVCACHE.size != KVCACHE_ARGS_SIZE:
         raise ImportError("hopattn: argument struct size mismatch between ctypes and struct")
 
 
@@ -219,20 +287,39 @@ def tensor_fields(data: int, dtype: int, shape, stride) -> tuple:
 
 EMPTY_TENSOR = tensor_fields(0, BFLOAT16, (), ())
 EMPTY_VARLEN = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+EMPTY_INT_ARRAY = (0, 0)
+EMPTY_PAGE_TABLE = (0, 0, 0, 0)
+EMPTY_ROTARY = (*EMPTY_TENSOR, *EMPTY_TENSOR, 0, *EMPTY_INT_ARRAY)
 PACK_GQA_AUTO = -1
 
 
 def pack_forward(
     q, k, v, o, lse, softmax_scale, causal, window_left, window_right, varlen=EMPTY_VARLEN, num_splits=0,
-    pack_gqa=PACK_GQA_AUTO,
+    pack_gqa=PACK_GQA_AUTO, page_table=EMPTY_PAGE_TABLE,
 ) -> bytes:  # fmt: skip
     """hopattn_forward_args as bytes: q..lse are tensor_fields() tuples, varlen 10 values
     (cu_seqlens_q ptr, size, cu_seqlens_k ptr, size, seqused_q ptr, size, seqused_k ptr, size,
     max_seqlen_q, max_seqlen_k); num_splits (0: chosen) and pack_gqa (-1: chosen, 0: off, 1: on)
-    as in hopattn.h."""
+    as in hopattn.h; page_table 4 values (ptr, batch, max_pages, row_stride)."""
     return _FORWARD.pack(
         FORWARD_ARGS_SIZE, *q, *k, *v, *o, *lse, softmax_scale, causal, window_left, window_right, *varlen,
-        num_splits, pack_gqa,
+        num_splits, pack_gqa, *page_table,
+    )  # fmt: skip
+
+
+def pack_kvcache(
+    q, k_cache, v_cache, o, lse, softmax_scale, causal, window_left, window_right, *, cache_seqlens,
+    page_table=EMPTY_PAGE_TABLE, cache_batch_idx=EMPTY_INT_ARRAY, cache_leftpad=EMPTY_INT_ARRAY,
+    k_new=EMPTY_TENSOR, v_new=EMPTY_TENSOR, cu_seqlens_new=EMPTY_INT_ARRAY, rotary=EMPTY_ROTARY,
+    cu_seqlens_q=EMPTY_INT_ARRAY, max_seqlen_q=0, num_splits=0, pack_gqa=PACK_GQA_AUTO,
+) -> bytes:  # fmt: skip
+    """hopattn_kvcache_args as bytes: tensors are tensor_fields() tuples, index arrays (ptr, size)
+    pairs, page_table as in pack_forward, rotary 23 values (cos and sin tensor_fields(),
+    interleaved, positions ptr, size)."""
+    return _KVCACHE.pack(
+        KVCACHE_ARGS_SIZE, *q, *k_cache, *v_cache, *page_table, *cache_seqlens, *cache_batch_idx, *cache_leftpad,
+        *k_new, *v_new, *cu_seqlens_new, *rotary, *cu_seqlens_q, max_seqlen_q, *o, *lse,
+        softmax_scale, causal, window_left, window_right, num_splits, pack_gqa,
     )  # fmt: skip
 
 
@@ -289,6 +376,19 @@ def library() -> ctypes.CDLL:
                     ctypes.c_void_p,
                 ]
                 lib.hopattn_forward_with_workspace.restype = ctypes.c_int
+            if hasattr(lib, "hopattn_forward_kvcache"):  # older libraries have none
+                kvcache_size = lib.hopattn_forward_kvcache_workspace_size
+                kvcache_size.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
+                kvcache_size.restype = ctypes.c_int
+                lib.hopattn_forward_kvcache.argtypes = [
+                    ctypes.c_char_p,
+                    ctypes.c_void_p,
+                    ctypes.c_size_t,
+                    ctypes.c_void_p,
+                ]
+                lib.hopattn_forward_kvcache.restype = ctypes.c_int
+                lib.hopattn_kvcache_args_init.argtypes = [ctypes.POINTER(KVCacheArgs)]
+                lib.hopattn_kvcache_args_init.restype = None
             lib.hopattn_backward_workspace_size.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
             lib.hopattn_backward_workspace_size.restype = ctypes.c_int
             lib.hopattn_backward.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
@@ -312,13 +412,17 @@ def _check_library_layout(lib) -> None:
     for name, ctype, size in (
         ("hopattn_forward_args_init", ForwardArgs, FORWARD_ARGS_SIZE),
         ("hopattn_backward_args_init", BackwardArgs, BACKWARD_ARGS_SIZE),
+        ("hopattn_kvcache_args_init", KVCacheArgs, KVCACHE_ARGS_SIZE),
     ):
+        if not hasattr(lib, name):
+            continue  # a library without the call (forward_kvcache then says so)
         args = ctype()
         ctypes.memset(ctypes.byref(args), 0x5A, ctypes.sizeof(args))
         getattr(lib, name)(ctypes.byref(args))
         defaults_differ = args.window_left != -1 or args.window_right != -1 or args.causal != 0
-        if ctype is ForwardArgs:
+        if ctype is not BackwardArgs:
             defaults_differ |= args.num_splits != 0 or args.pack_gqa != PACK_GQA_AUTO
+            defaults_differ |= args.page_table.data is not None or args.page_table.row_stride != 0
         if args.struct_size != size or defaults_differ:
             raise ImportError(
                 f"hopattn: {name} sets struct_size {args.struct_size} (Python expects {size}) or other defaults "
@@ -383,6 +487,32 @@ def forward_with_workspace(args: bytes, workspace: int, workspace_bytes: int, st
     status = lib.hopattn_forward_with_workspace(args, workspace, workspace_bytes, stream)
     if status:
         raise_for_status(status, "hopattn forward")
+
+
+def _kvcache_library():
+    lib = _library if _library is not None else library()
+    if not hasattr(lib, "hopattn_forward_kvcache"):
+        raise NotSupportedError(
+            f"hopattn: the library at {library_path()} predates forward_kvcache; rebuild or reinstall it",
+            ERROR_NOT_SUPPORTED,
+        )
+    return lib
+
+
+def forward_kvcache_workspace_size(args: bytes) -> int:
+    """hopattn_forward_kvcache_workspace_size (the current CUDA device's); raises on error."""
+    size = ctypes.c_size_t(0)
+    status = _kvcache_library().hopattn_forward_kvcache_workspace_size(args, ctypes.byref(size))
+    if status:
+        raise_for_status(status, "hopattn forward_kvcache")
+    return size.value
+
+
+def forward_kvcache(args: bytes, workspace: int, workspace_bytes: int, stream: int) -> None:
+    """hopattn_forward_kvcache on packed arguments (updates the cache in place); raises on error."""
+    status = _kvcache_library().hopattn_forward_kvcache(args, workspace, workspace_bytes, stream)
+    if status:
+        raise_for_status(status, "hopattn forward_kvcache")
 
 
 def backward_workspace_size(args: bytes) -> int:

@@ -4,7 +4,8 @@ Two paths lead to the same launch code:
 - torch.compile (and any tracing: fake tensors, dispatch modes, tensor subclasses) goes through the
   operators hopattn::forward, hopattn::forward_varlen, hopattn::backward and
   hopattn::backward_varlen, registered with torch.library.custom_op, with fake implementations and
-  register_autograd, so Dynamo traces them without graph breaks.
+  register_autograd, so Dynamo traces them without graph breaks; likewise hopattn::forward_kvcache,
+  which declares that it mutates the caches and has no autograd (inference only).
 - Plain eager calls on plain tensors skip the dispatcher and use a torch.autograd.Function directly:
   a custom op's Python dispatch costs tens of microseconds per call in eager mode (measured at
   ~25 us without and ~60 us with autograd on a loaded CPU), several times the whole launch.
@@ -18,7 +19,7 @@ from typing import Optional, Tuple
 import torch
 
 from . import _capi
-from ._capi import ArgumentTypeError, InvalidArgumentError
+from ._capi import ArgumentTypeError, InvalidArgumentError, NotSupportedError
 
 Tensor = torch.Tensor
 
@@ -45,22 +46,30 @@ def _no_cuda_hint() -> str:
 
 
 def _check_qkv(q, k, v) -> None:
-    """What the library cannot see from pointers: tensor types, devices, dtypes."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
+    """The attention functions' tensors (see _check_tensors)."""
+    _check_tensors(q, (("k", k), ("v", v)), "4, (batch, seqlen, heads, head_dim), or 3 in varlen mode, "
+                   "(total_tokens, heads, head_dim)")  # fmt: skip
+
+
+def _check_tensors(q, others, ranks: str) -> None:
+    """What the library cannot see from pointers: tensor types, devices, dtypes of q and of the
+    (name, tensor) pairs in `others`, which must share q's device and dtype. `ranks` completes the
+    message for a tensor of more dimensions than the C struct holds."""
+    named = (("q", q), *others)
+    for name, t in named:
         if not isinstance(t, Tensor):
             raise ArgumentTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if q.device.type != "cuda" and q.device.type != "meta":  # meta: shapes only, through the fake impls
         raise InvalidArgumentError(f"q is on {q.device}, but hopattn runs on CUDA tensors{_no_cuda_hint()}")
-    for name, t in (("k", k), ("v", v)):
+    for name, t in others:
         if t.device != q.device:
             raise InvalidArgumentError(f"{name} is on {t.device} but q is on {q.device}; all tensors must share a device")
-    for name, t in (("q", q), ("k", k), ("v", v)):
+    for name, t in named:
         if t.dim() > _capi.MAX_RANK:  # the C struct holds at most 4 dimensions
-            raise InvalidArgumentError(f"{name} has {t.dim()} dimensions but must have 4, (batch, seqlen, heads, "
-                                       "head_dim), or 3 in varlen mode, (total_tokens, heads, head_dim)")
+            raise InvalidArgumentError(f"{name} has {t.dim()} dimensions but must have {ranks}")
     if q.dtype not in _DTYPE_CODES:
         raise ArgumentTypeError(f"q.dtype is {q.dtype} but must be torch.float16 or torch.bfloat16")
-    for name, t in (("k", k), ("v", v)):
+    for name, t in others:
         if t.dtype != q.dtype:
             raise ArgumentTypeError(f"{name}.dtype is {t.dtype} but must be {q.dtype} (the dtype of q)")
 
@@ -73,20 +82,32 @@ def _check_rank(q, k, v, varlen: bool) -> None:
             raise InvalidArgumentError(f"{name}.rank is {t.dim()} but must be {want}: {dims}")
 
 
-def _check_index_array(name: str, t, device) -> None:
+def _check_paged_rank(q, k, v) -> None:
+    """The rank rule of the varlen forward on pages, for the fake implementation."""
+    if q.dim() != 3:
+        raise InvalidArgumentError(f"q.rank is {q.dim()} but must be 3: (total_tokens, heads, head_dim)")
+    for name, t in (("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise InvalidArgumentError(f"{name}.rank is {t.dim()} but must be 4 with page_table: "
+                                       "(num_pages, page_size, heads_kv, head_dim)")
+
+
+def _check_index_array(name: str, t, device, dims: int = 1) -> None:
+    """An int32 tensor of `dims` dimensions on `device` (1: cu_seqlens and the like; 2: a page table)."""
     if not isinstance(t, Tensor):
         raise ArgumentTypeError(f"{name} must be a torch.Tensor of int32, got {type(t).__name__}")
     if t.dtype != torch.int32:
         raise ArgumentTypeError(f"{name}.dtype is {t.dtype} but must be torch.int32")
-    if t.dim() != 1:
-        raise InvalidArgumentError(f"{name} has shape {tuple(t.shape)} but must be 1-D")
+    if t.dim() != dims:
+        raise InvalidArgumentError(f"{name} has shape {tuple(t.shape)} but must be {dims}-D")
     if t.device != device:
         raise InvalidArgumentError(f"{name} is on {t.device} but q is on {device}; all tensors must share a device")
 
 
 def _check_varlen(q, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k) -> None:
     _check_index_array("cu_seqlens_q", cu_seqlens_q, q.device)
-    _check_index_array("cu_seqlens_k", cu_seqlens_k, q.device)
+    if cu_seqlens_k is not None:  # absent with a page table (the library names it where it is missing)
+        _check_index_array("cu_seqlens_k", cu_seqlens_k, q.device)
     if seqused_q is not None:
         _check_index_array("seqused_q", seqused_q, q.device)
     if seqused_k is not None:
@@ -130,6 +151,24 @@ def _index_array(t: Optional[Tensor]) -> Optional[Tensor]:
 
 def _varlen_fields(cu_q, cu_k, used_q, used_k, max_q, max_k) -> tuple:
     return (*_index_fields(cu_q), *_index_fields(cu_k), *_index_fields(used_q), *_index_fields(used_k), max_q, max_k)
+
+
+def _page_table(t: Optional[Tensor]) -> Optional[Tensor]:
+    """The page table as the library reads it: contiguous rows, each row_stride >= max_pages
+    elements after the last (a copy otherwise, for example of a broadcast table)."""
+    if t is None:
+        return None
+    rows, pages = t.shape
+    if (pages > 1 and t.stride(1) != 1) or (rows > 1 and t.stride(0) < pages):
+        return t.contiguous()
+    return t
+
+
+def _page_table_fields(t: Optional[Tensor]) -> tuple:
+    if t is None:
+        return _capi.EMPTY_PAGE_TABLE
+    # A single row's stride is never used; 0 tells the library so (it means max_pages).
+    return (t.data_ptr(), t.shape[0], t.shape[1], t.stride(0) if t.shape[0] > 1 else 0)
 
 
 class _OnDevice:
@@ -181,11 +220,15 @@ def forward_impl(
     window_right: int,
     num_splits: int = 0,
     pack_gqa: int = _capi.PACK_GQA_AUTO,
+    page_table: Optional[Tensor] = None,
     with_lse: bool = True,
 ) -> Tuple[Tensor, Optional[Tensor]]:
     """(out, lse); with_lse=False skips the LSE (None): one allocation less per call where nobody
-    needs it (inference without gradients)."""
+    needs it (inference without gradients). With page_table, k and v are pages (chunked prefill)."""
     _check_qkv(q, k, v)
+    if page_table is not None:
+        _check_index_array("page_table", page_table, q.device, dims=2)
+        page_table = _page_table(page_table)
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     code = _DTYPE_CODES[q.dtype]
     if varlen:
@@ -218,6 +261,7 @@ def forward_impl(
         varlen_fields,
         int(num_splits),
         int(pack_gqa),
+        _page_table_fields(page_table),
     )
     with _OnDevice(q.device) as stream:
         # The size depends on the device (its SM count), hence inside the device scope.
@@ -300,6 +344,105 @@ def backward_impl(
     return dq, dk, dv
 
 
+_NO_ROTARY = (*_capi.EMPTY_TENSOR, *_capi.EMPTY_TENSOR)
+
+
+def _check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, page_table, index_arrays) -> None:
+    """forward_kvcache's types, devices and dtypes (index_arrays: (name, tensor or None) pairs), and
+    the pairs that come together."""
+    for a, b, name_a, name_b in ((k, v, "k", "v"), (rotary_cos, rotary_sin, "rotary_cos", "rotary_sin")):
+        if (a is None) != (b is None):
+            given, missing = (name_a, name_b) if b is None else (name_b, name_a)
+            raise InvalidArgumentError(f"{given} is given but {missing} is None; they come together")
+    tensors = [("k_cache", k_cache), ("v_cache", v_cache)]
+    tensors += [(name, t) for name, t in (("k", k), ("v", v), ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin))
+                if t is not None]  # fmt: skip
+    _check_tensors(q, tensors, "at most 4 (see hopattn.attention_with_kvcache)")
+    for name, t in index_arrays:
+        if t is not None:
+            _check_index_array(name, t, q.device)
+    if page_table is not None:
+        _check_index_array("page_table", page_table, q.device, dims=2)
+
+
+def forward_kvcache_impl(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    k: Optional[Tensor],
+    v: Optional[Tensor],
+    rotary_cos: Optional[Tensor],
+    rotary_sin: Optional[Tensor],
+    cache_seqlens: Tensor,
+    cache_batch_idx: Optional[Tensor],
+    cache_leftpad: Optional[Tensor],
+    page_table: Optional[Tensor],
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k_new: Optional[Tensor],
+    max_seqlen_q: int,
+    rotary_seqlens: Optional[Tensor],
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    rotary_interleaved: bool,
+    num_splits: int,
+    pack_gqa: int,
+    with_lse: bool = True,
+) -> Tuple[Tensor, Optional[Tensor]]:
+    """(out, lse) of one step against a KV cache; k_cache and v_cache are updated in place where
+    k and v are given. with_lse=False skips the LSE (None)."""
+    index_arrays = (("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx),
+                    ("cache_leftpad", cache_leftpad), ("cu_seqlens_q", cu_seqlens_q),
+                    ("cu_seqlens_k_new", cu_seqlens_k_new), ("rotary_seqlens", rotary_seqlens))  # fmt: skip
+    _check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, page_table, index_arrays)
+    code = _DTYPE_CODES[q.dtype]
+    lse = None
+    if cu_seqlens_q is not None:
+        _check_max_seqlens(max_seqlen_q, 0)
+        # As in the varlen forward: rows of no sequence are not written (out = 0, lse = -inf).
+        out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
+        if with_lse:
+            lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
+    else:
+        max_seqlen_q = 0
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        if with_lse:
+            lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    # rotary_seqlens goes along without the tables too, so that the library names that mistake.
+    tables = (*_fields(rotary_cos, code), *_fields(rotary_sin, code)) if rotary_cos is not None else _NO_ROTARY
+    rotary = (*tables, int(bool(rotary_interleaved)), *_index_fields(_index_array(rotary_seqlens)))
+    args = _capi.pack_kvcache(
+        _fields(q, code),
+        _fields(k_cache, code),
+        _fields(v_cache, code),
+        _fields(out, code),
+        _fields(lse, _capi.FLOAT32) if with_lse else _capi.EMPTY_TENSOR,
+        float(softmax_scale),
+        int(bool(causal)),
+        int(window_left),
+        int(window_right),
+        cache_seqlens=_index_fields(_index_array(cache_seqlens)),
+        page_table=_page_table_fields(_page_table(page_table)),
+        cache_batch_idx=_index_fields(_index_array(cache_batch_idx)),
+        cache_leftpad=_index_fields(_index_array(cache_leftpad)),
+        k_new=_fields(k, code) if k is not None else _capi.EMPTY_TENSOR,
+        v_new=_fields(v, code) if v is not None else _capi.EMPTY_TENSOR,
+        cu_seqlens_new=_index_fields(_index_array(cu_seqlens_k_new)),
+        rotary=rotary,
+        cu_seqlens_q=_index_fields(_index_array(cu_seqlens_q)),
+        max_seqlen_q=int(max_seqlen_q),
+        num_splits=int(num_splits),
+        pack_gqa=int(pack_gqa),
+    )
+    with _OnDevice(q.device) as stream:
+        workspace_bytes = _capi.forward_kvcache_workspace_size(args)
+        # From the caching allocator, as the forward's: no cudaMalloc per call, capturable in a graph.
+        workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device) if workspace_bytes else None
+        _capi.forward_kvcache(args, workspace.data_ptr() if workspace is not None else 0, workspace_bytes, stream)
+    return out, lse
+
+
 # --- torch.library operators (torch.compile, tracing) --------------------------------------------
 
 
@@ -334,7 +477,7 @@ def _forward_varlen_op(
     k: Tensor,
     v: Tensor,
     cu_seqlens_q: Tensor,
-    cu_seqlens_k: Tensor,
+    cu_seqlens_k: Optional[Tensor],
     seqused_q: Optional[Tensor],
     seqused_k: Optional[Tensor],
     max_seqlen_q: int,
@@ -346,22 +489,78 @@ def _forward_varlen_op(
     deterministic: bool,
     num_splits: int,
     pack_gqa: int,
+    page_table: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
     return forward_impl(
         q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k,
-        softmax_scale, causal, window_left, window_right, num_splits, pack_gqa,
+        softmax_scale, causal, window_left, window_right, num_splits, pack_gqa, page_table,
     )  # fmt: skip
 
 
 @_forward_varlen_op.register_fake
 def _forward_varlen_fake(
     q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k,
-    softmax_scale, causal, window_left, window_right, deterministic, num_splits, pack_gqa,
+    softmax_scale, causal, window_left, window_right, deterministic, num_splits, pack_gqa, page_table=None,
 ):  # fmt: skip
     _check_qkv(q, k, v)
-    _check_rank(q, k, v, varlen=True)
+    if page_table is None:
+        _check_rank(q, k, v, varlen=True)
+    else:
+        _check_index_array("page_table", page_table, q.device, dims=2)
+        _check_paged_rank(q, k, v)
     _check_varlen(q, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
     return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+@torch.library.custom_op("hopattn::forward_kvcache", mutates_args=("k_cache", "v_cache"))
+def _forward_kvcache_op(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    k: Optional[Tensor],
+    v: Optional[Tensor],
+    rotary_cos: Optional[Tensor],
+    rotary_sin: Optional[Tensor],
+    cache_seqlens: Tensor,
+    cache_batch_idx: Optional[Tensor],
+    cache_leftpad: Optional[Tensor],
+    page_table: Optional[Tensor],
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k_new: Optional[Tensor],
+    max_seqlen_q: int,
+    rotary_seqlens: Optional[Tensor],
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    rotary_interleaved: bool,
+    num_splits: int,
+    pack_gqa: int,
+) -> Tuple[Tensor, Tensor]:
+    return forward_kvcache_impl(
+        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, page_table,
+        cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, rotary_seqlens, softmax_scale, causal, window_left,
+        window_right, rotary_interleaved, num_splits, pack_gqa,
+    )  # fmt: skip
+
+
+@_forward_kvcache_op.register_fake
+def _forward_kvcache_fake(
+    q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, page_table,
+    cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, rotary_seqlens, softmax_scale, causal, window_left, window_right,
+    rotary_interleaved, num_splits, pack_gqa,
+):  # fmt: skip
+    index_arrays = (("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx),
+                    ("cache_leftpad", cache_leftpad), ("cu_seqlens_q", cu_seqlens_q),
+                    ("cu_seqlens_k_new", cu_seqlens_k_new), ("rotary_seqlens", rotary_seqlens))  # fmt: skip
+    _check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, page_table, index_arrays)
+    varlen = cu_seqlens_q is not None
+    want, dims = (3, "(total_q, heads, head_dim)") if varlen else (4, "(batch, seqlen_q, heads, head_dim)")
+    if q.dim() != want:
+        raise InvalidArgumentError(f"q.rank is {q.dim()} but must be {want}: {dims}")
+    if varlen:
+        return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
 @torch.library.custom_op("hopattn::backward", mutates_args=())
@@ -442,17 +641,20 @@ _forward_op.register_autograd(_backward_forward, setup_context=_setup_forward)
 
 def _setup_forward_varlen(ctx, inputs, output):
     (q, k, v, cu_q, cu_k, used_q, used_k, max_q, max_k, softmax_scale, causal, window_left, window_right,
-     deterministic, _num_splits, _pack_gqa) = inputs  # fmt: skip
+     deterministic, _num_splits, _pack_gqa, page_table) = inputs  # fmt: skip
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_q, used_k)
     ctx.params = (max_q, max_k, softmax_scale, causal, window_left, window_right, deterministic)
+    ctx.paged = page_table is not None
     ctx.mark_non_differentiable(lse)
 
 
 def _backward_forward_varlen(ctx, dout, dlse):
+    if ctx.paged:
+        raise NotSupportedError("hopattn: attention over paged K/V (page_table) is forward only; it has no backward")
     q, k, v, out, lse, cu_q, cu_k, used_q, used_k = ctx.saved_tensors
     dq, dk, dv = torch.ops.hopattn.backward_varlen(dout, q, k, v, out, lse, cu_q, cu_k, used_q, used_k, *ctx.params)
-    return (dq, dk, dv) + (None,) * 13
+    return (dq, dk, dv) + (None,) * 14
 
 
 _forward_varlen_op.register_autograd(_backward_forward_varlen, setup_context=_setup_forward_varlen)
@@ -611,7 +813,7 @@ def attention_varlen(
     k: Tensor,
     v: Tensor,
     cu_seqlens_q: Tensor,
-    cu_seqlens_k: Tensor,
+    cu_seqlens_k: Optional[Tensor],
     max_seqlen_q: int,
     max_seqlen_k: int,
     *,
@@ -624,6 +826,7 @@ def attention_varlen(
     return_lse: bool = False,
     num_splits: int = 0,
     pack_gqa: Optional[bool] = None,
+    page_table: Optional[Tensor] = None,
 ):
     """Attention over a packed batch of variable-length sequences; differentiable in q, k, v.
 
@@ -640,6 +843,12 @@ def attention_varlen(
             aligned per sequence (shift = len_k(b) - len_q(b)).
         num_splits, pack_gqa: as in attention(); the split layout depends only on the shapes and
             max_seqlen_*, so a captured graph serves any seqused_k.
+        page_table: optional int32 (batch, max_pages): paged K/V (chunked prefill against a paged
+            KV cache). k and v are then (num_pages, page_size, heads_kv, head_dim), key j of
+            sequence b is row j % page_size of page page_table[b, j // page_size], cu_seqlens_k
+            must be None and seqused_k gives each sequence's key count (default: all
+            max_pages * page_size; max_seqlen_k is not used). Forward only: NotImplementedError
+            when a gradient is asked for.
 
     Returns:
         out (total_q, heads, head_dim), or (out, lse) with return_lse=True, lse float32 of shape
@@ -652,18 +861,138 @@ def attention_varlen(
         a Python int.
     """
     window_left, window_right = _window(window_size)
-    if cu_seqlens_q is None or cu_seqlens_k is None:
+    if page_table is None and (cu_seqlens_q is None or cu_seqlens_k is None):
         raise ArgumentTypeError("attention_varlen needs cu_seqlens_q and cu_seqlens_k (int32 tensors); "
                                 "for fixed-length batches use attention()")
+    if page_table is not None:
+        if cu_seqlens_q is None:
+            raise ArgumentTypeError("attention_varlen needs cu_seqlens_q (an int32 tensor), also with page_table")
+        if cu_seqlens_k is not None:
+            raise InvalidArgumentError("cu_seqlens_k must be None with page_table: the page table locates each "
+                                       "sequence's keys and seqused_k counts them")
+        if _needs_grad(q, k, v):
+            raise NotSupportedError("hopattn: attention over paged K/V (page_table) is forward only; call it under "
+                                    "torch.no_grad() or on tensors that do not require grad")
     _check_max_seqlens(max_seqlen_q, max_seqlen_k)  # before the dispatcher, which would convert a tensor
     scale = _scale(softmax_scale)
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, scale,
             bool(causal), window_left, window_right)  # fmt: skip
     layout = (int(num_splits), _pack_gqa_code(pack_gqa))
-    if _use_ops(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k):
-        out, lse = torch.ops.hopattn.forward_varlen(*args, bool(deterministic), *layout)
+    if _use_ops(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, page_table):
+        out, lse = torch.ops.hopattn.forward_varlen(*args, bool(deterministic), *layout, page_table)
     elif _needs_grad(q, k, v):
         out, lse = _AttentionVarlen.apply(*args, bool(deterministic), *layout)
     else:
-        out, lse = forward_impl(*args, *layout, with_lse=return_lse)
+        out, lse = forward_impl(*args, *layout, page_table, with_lse=return_lse)
     return (out, lse) if return_lse else out
+
+
+def attention_with_kvcache(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    k: Optional[Tensor] = None,
+    v: Optional[Tensor] = None,
+    *,
+    rotary_cos: Optional[Tensor] = None,
+    rotary_sin: Optional[Tensor] = None,
+    cache_seqlens=None,
+    cache_batch_idx: Optional[Tensor] = None,
+    cache_leftpad: Optional[Tensor] = None,
+    page_table: Optional[Tensor] = None,
+    cu_seqlens_q: Optional[Tensor] = None,
+    cu_seqlens_k_new: Optional[Tensor] = None,
+    max_seqlen_q: Optional[int] = None,
+    rotary_seqlens: Optional[Tensor] = None,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_size: Tuple[int, int] = (-1, -1),
+    rotary_interleaved: bool = True,
+    num_splits: int = 0,
+    pack_gqa: Optional[bool] = None,
+    return_lse: bool = False,
+):
+    """One inference step against a KV cache (FlashAttention-3's flash_attn_with_kvcache): the new
+    keys and values k, v (if given) are written into the cache at cache_seqlens, in place, rotary
+    embedding applied to them and to q (if rotary_cos/rotary_sin are given), then q attends to each
+    sequence's cache [cache_leftpad[b], cache_seqlens[b] + new keys). Forward only, as in
+    FlashAttention-3: there is no backward. See docs/semantics.md, "KV caches".
+
+    Args:
+        q: (batch, seqlen_q, heads, head_dim), or (total_q, heads, head_dim) with cu_seqlens_q;
+            float16 or bfloat16 on a CUDA (sm_90) device.
+        k_cache, v_cache: (cache_rows, capacity, heads_kv, head_dim), or with page_table
+            (num_pages, page_size, heads_kv, head_dim), q's dtype; updated in place where k and v
+            are given. Any page_size >= 1.
+        k, v: optional new keys and values, (batch, seqlen_new, heads_kv, head_dim), or
+            (total_new, heads_kv, head_dim) with cu_seqlens_k_new. Both or neither.
+        rotary_cos, rotary_sin: optional (max_position, rotary_dim / 2) of q's dtype, rotary_dim a
+            multiple of 16 up to head_dim; need k and v. New key t of sequence b is rotated at
+            position rotary_seqlens[b] + t (default cache_seqlens[b] + t); query i at that start
+            + i under a causal or local mask, at the start itself otherwise.
+        cache_seqlens: int32 (batch,) tokens in each sequence's cache before this call; a Python
+            int for all sequences; None for full caches (capacity tokens: k_cache.shape[1], or
+            page_table.shape[1] * page_size), which then take no new keys.
+        cache_batch_idx: optional int32 (batch,): the cache row (page table row) of sequence b.
+        cache_leftpad: optional int32 (batch,): the first cache position of sequence b.
+        page_table: optional int32 (rows, max_pages): a paged cache; position j of row r is row
+            j % page_size of page page_table[r, j // page_size].
+        cu_seqlens_q, max_seqlen_q: varlen queries (chunked prefill): int32 (batch + 1,) prefix
+            sums and a Python int at least every query sequence's length.
+        cu_seqlens_k_new: optional int32 (batch + 1,) prefix sums of the new keys per sequence.
+        softmax_scale, causal, window_size, num_splits, pack_gqa: as in attention(), the mask
+            aligned to each sequence's keys [cache_leftpad[b], cache_seqlens[b] + new keys).
+        rotary_interleaved: True rotates pairs (2i, 2i + 1) (GPT-J), False (i, i + rotary_dim / 2)
+            (GPT-NeoX).
+        return_lse: also return the log-sum-exp.
+
+    Returns:
+        out like q, or (out, lse) with return_lse=True, lse float32 (batch, heads, seqlen_q), or
+        (heads, total_q) with cu_seqlens_q. A sequence whose indices (cache_seqlens, pages,
+        cache_batch_idx, rotary positions) only the device can find invalid gets NaN rows.
+
+    Raises:
+        As attention(); also TypeError when index arrays are not int32 or max_seqlen_q is not a
+        Python int, and ValueError for k without v, rotary_cos without rotary_sin, or new keys
+        for full caches (cache_seqlens=None).
+    """
+    window_left, window_right = _window(window_size)
+    if cu_seqlens_q is not None:
+        _check_max_seqlens(max_seqlen_q, 0)  # before the dispatcher, which would convert a tensor
+    else:
+        max_seqlen_q = 0
+    if cache_seqlens is None or (isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool)):
+        cache_seqlens = _cache_seqlens_tensor(q, k_cache, k, cache_seqlens, page_table, cu_seqlens_q)
+    args = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+            page_table, cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, rotary_seqlens, _scale(softmax_scale),
+            bool(causal), window_left, window_right, bool(rotary_interleaved), int(num_splits),
+            _pack_gqa_code(pack_gqa))  # fmt: skip
+    if _use_ops(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+                page_table, cu_seqlens_q, cu_seqlens_k_new, rotary_seqlens):  # fmt: skip
+        out, lse = torch.ops.hopattn.forward_kvcache(*args)
+    else:
+        out, lse = forward_kvcache_impl(*args, with_lse=return_lse)
+    return (out, lse) if return_lse else out
+
+
+def _cache_seqlens_tensor(q, k_cache, k, cache_seqlens: Optional[int], page_table, cu_seqlens_q) -> Tensor:
+    """cache_seqlens given as one int for every sequence, or None for full caches, as the int32
+    (batch,) tensor the library reads (FlashAttention-3 makes the same tensor)."""
+    for name, t in (("q", q), ("k_cache", k_cache)):
+        if not isinstance(t, Tensor):
+            raise ArgumentTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if cu_seqlens_q is not None:
+        _check_index_array("cu_seqlens_q", cu_seqlens_q, q.device)
+        batch = cu_seqlens_q.shape[0] - 1
+    else:
+        batch = q.shape[0]
+    if cache_seqlens is None:
+        if k is not None:
+            raise InvalidArgumentError("cache_seqlens is None (every cache is full) but k/v are given; pass "
+                                       "cache_seqlens, the tokens each cache holds before the new ones")
+        if page_table is not None:
+            _check_index_array("page_table", page_table, q.device, dims=2)
+            cache_seqlens = page_table.shape[1] * k_cache.shape[1]
+        else:
+            cache_seqlens = k_cache.shape[1]
+    return torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)

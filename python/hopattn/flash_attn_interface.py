@@ -1,25 +1,31 @@
 """Drop-in for FlashAttention-3's `flash_attn_interface` (the hopper/ package of flash-attention).
 
-Change `from flash_attn_interface import flash_attn_func, flash_attn_varlen_func` to
-`from hopattn import flash_attn_func, flash_attn_varlen_func` (or
+Change `from flash_attn_interface import flash_attn_func, flash_attn_varlen_func,
+flash_attn_with_kvcache` to `from hopattn import ...` (or
 `import hopattn.flash_attn_interface as flash_attn_interface`). Argument names, positions, defaults
 and return values are FlashAttention-3's:
-- returns `out`, or `(out, softmax_lse)` with return_attn_probs=True; softmax_lse is float32
-  (batch, heads, seqlen_q), or (heads, total_q) for the varlen function;
+- returns `out`, or `(out, softmax_lse)` with return_attn_probs=True (return_softmax_lse=True for
+  flash_attn_with_kvcache, where FlashAttention-3 also returns its split buffers: hopattn returns
+  the pair only); softmax_lse is float32 (batch, heads, seqlen_q), or (heads, total_q) for varlen
+  queries;
 - window_size=(left, right), -1 unbounded; query i sees key j iff
   i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right; causal=True sets
   right = 0 (as FlashAttention-3 does, so causal with a right window is not an error here);
 - softmax_scale=None is 1/sqrt(head_dim); GQA/MQA by head counts; deterministic backward.
 Not supported (NotImplementedError, a RuntimeError): qv, q/k/v_descale (FP8), attention_chunk != 0,
-softcap != 0. num_splits (1: no split, 0: chosen, n: up to n key splits; they need no workspace from
-the caller) and pack_gqa (None: chosen) are honoured; sm_margin is accepted and ignored.
-Inputs whose last dimension is not contiguous are copied first, as FlashAttention-3 does.
+softcap != 0, scheduler_metadata (flash_attn_with_kvcache: only None). num_splits (1: no split, 0:
+chosen, n: up to n key splits; they need no workspace from the caller) and pack_gqa (None: chosen)
+are honoured; sm_margin is accepted and ignored. Inputs (not the KV cache, which is updated in
+place) whose last dimension is not contiguous are copied first, as FlashAttention-3 does.
+FlashAttention-3's flash_attn_varlen_func takes no page table; hopattn.attention_varlen(...,
+page_table=) runs the varlen forward on a paged cache (chunked prefill), as flash_attn_with_kvcache
+with cu_seqlens_q does.
 """
 
 from . import _torch
 from ._capi import NotSupportedError
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func"]
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache"]
 
 
 def _maybe_contiguous(x):
@@ -129,4 +135,73 @@ def flash_attn_varlen_func(
         return_lse=return_attn_probs,
         num_splits=num_splits,
         pack_gqa=pack_gqa,
+    )
+
+
+def flash_attn_with_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k=None,
+    v=None,
+    qv=None,
+    rotary_cos=None,
+    rotary_sin=None,
+    cache_seqlens=None,
+    cache_batch_idx=None,
+    cache_leftpad=None,
+    page_table=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k_new=None,
+    max_seqlen_q=None,
+    rotary_seqlens=None,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    attention_chunk=0,
+    softcap=0.0,
+    rotary_interleaved=True,
+    scheduler_metadata=None,
+    num_splits=0,
+    pack_gqa=None,
+    sm_margin=0,
+    return_softmax_lse=False,
+):
+    """FlashAttention-3's flash_attn_with_kvcache on hopattn: k and v (if given) are written into
+    k_cache/v_cache in place at cache_seqlens (an int, an int32 (batch,) tensor, or None for full
+    caches), rotated with rotary_cos/rotary_sin if given, then q attends to the cache. Returns out,
+    or (out, softmax_lse) with return_softmax_lse=True. No backward. See
+    hopattn.attention_with_kvcache."""
+    _reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk, softcap)
+    if scheduler_metadata is not None:
+        raise NotSupportedError("hopattn: scheduler_metadata is not supported (only None); hopattn plans the "
+                                "split schedule itself")
+    q, k, v = _maybe_contiguous(q), _maybe_contiguous(k), _maybe_contiguous(v)
+    rotary_cos, rotary_sin = _maybe_contiguous(rotary_cos), _maybe_contiguous(rotary_sin)
+    return _torch.attention_with_kvcache(
+        q,
+        k_cache,
+        v_cache,
+        k,
+        v,
+        rotary_cos=rotary_cos,
+        rotary_sin=rotary_sin,
+        cache_seqlens=cache_seqlens,
+        cache_batch_idx=cache_batch_idx,
+        cache_leftpad=cache_leftpad,
+        page_table=page_table,
+        cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_k_new=cu_seqlens_k_new,
+        max_seqlen_q=max_seqlen_q,
+        rotary_seqlens=rotary_seqlens,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window_size=_window(causal, window_size),
+        rotary_interleaved=rotary_interleaved,
+        num_splits=num_splits,
+        pack_gqa=pack_gqa,
+        return_lse=return_softmax_lse,
     )

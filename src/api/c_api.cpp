@@ -61,6 +61,8 @@ Varlen to_varlen(const hopattn_varlen& v) {
                 v.max_seqlen_k};
 }
 
+PageTable to_page_table(const hopattn_page_table& t) { return PageTable{t.data, t.batch, t.max_pages, t.row_stride}; }
+
 // Defaults of every argument struct: zeros, unbounded window, default scale.
 template <typename CArgs>
 void init_args(CArgs* args) {
@@ -91,6 +93,34 @@ ForwardArgs to_forward_args(const hopattn_forward_args& a) {
   ForwardArgs out = common_args<hopattn_forward_args, ForwardArgs>(a);
   out.num_splits = a.num_splits;
   out.pack_gqa = static_cast<PackGqa>(a.pack_gqa);
+  out.page_table = to_page_table(a.page_table);
+  return out;
+}
+
+KVCacheArgs to_kvcache_args(const hopattn_kvcache_args& a) {
+  KVCacheArgs out;
+  out.q = to_tensor(a.q);
+  out.k_cache = to_tensor(a.k_cache);
+  out.v_cache = to_tensor(a.v_cache);
+  out.page_table = to_page_table(a.page_table);
+  out.cache_seqlens = to_int_array(a.cache_seqlens);
+  out.cache_batch_idx = to_int_array(a.cache_batch_idx);
+  out.cache_leftpad = to_int_array(a.cache_leftpad);
+  out.k_new = to_tensor(a.k_new);
+  out.v_new = to_tensor(a.v_new);
+  out.cu_seqlens_new = to_int_array(a.cu_seqlens_new);
+  out.rotary.cos = to_tensor(a.rotary.cos);
+  out.rotary.sin = to_tensor(a.rotary.sin);
+  out.rotary.interleaved = a.rotary.interleaved != 0;
+  out.rotary.positions = to_int_array(a.rotary.positions);
+  out.cu_seqlens_q = to_int_array(a.cu_seqlens_q);
+  out.max_seqlen_q = a.max_seqlen_q;
+  out.o = to_tensor(a.o);
+  out.lse = to_tensor(a.lse);
+  out.softmax_scale = a.softmax_scale;
+  out.mask = Mask{a.causal != 0, a.window_left, a.window_right};
+  out.num_splits = a.num_splits;
+  out.pack_gqa = static_cast<PackGqa>(a.pack_gqa);
   return out;
 }
 
@@ -118,6 +148,11 @@ void hopattn_forward_args_init(hopattn_forward_args* args) {
 
 void hopattn_backward_args_init(hopattn_backward_args* args) { hopattn::init_args(args); }
 
+void hopattn_kvcache_args_init(hopattn_kvcache_args* args) {
+  hopattn::init_args(args);
+  if (args != nullptr) args->pack_gqa = static_cast<int32_t>(hopattn::PackGqa::kAuto);
+}
+
 int hopattn_forward(const hopattn_forward_args* user, void* stream) {
   hopattn_forward_args args;
   Status s = hopattn::read_args(user, hopattn_forward_args_init, "args", &args);
@@ -139,6 +174,23 @@ int hopattn_forward_with_workspace(const hopattn_forward_args* user, void* works
   if (s.ok()) {
     s = hopattn::forward(hopattn::to_forward_args(args), hopattn::Workspace{workspace, workspace_bytes},
                          static_cast<hopattn::Stream>(stream));
+  }
+  return hopattn::report(s);
+}
+
+int hopattn_forward_kvcache_workspace_size(const hopattn_kvcache_args* user, size_t* bytes) {
+  hopattn_kvcache_args args;
+  Status s = hopattn::read_args(user, hopattn_kvcache_args_init, "args", &args);
+  if (s.ok()) s = hopattn::forward_kvcache_workspace_size(hopattn::to_kvcache_args(args), bytes);
+  return hopattn::report(s);
+}
+
+int hopattn_forward_kvcache(const hopattn_kvcache_args* user, void* workspace, size_t workspace_bytes, void* stream) {
+  hopattn_kvcache_args args;
+  Status s = hopattn::read_args(user, hopattn_kvcache_args_init, "args", &args);
+  if (s.ok()) {
+    s = hopattn::forward_kvcache(hopattn::to_kvcache_args(args), hopattn::Workspace{workspace, workspace_bytes},
+                                 static_cast<hopattn::Stream>(stream));
   }
   return hopattn::report(s);
 }

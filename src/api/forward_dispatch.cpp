@@ -38,15 +38,22 @@ const ForwardKernelEntry* find_forward_kernel(DType dtype, int head_dim) {
   return best;
 }
 
+}  // namespace
+
+Status check_forward_kernel_built(const Problem& problem) {
+  if (find_forward_kernel(problem.dtype, problem.head_dim) != nullptr) return Status();
+  return Status(StatusCode::kNotSupported, std::string("this build has no forward kernel for dtype ") +
+                                               dtype_name(problem.dtype) + " with head_dim >= " +
+                                               std::to_string(problem.head_dim) +
+                                               "; rebuild with it in the CMake options HOPATTN_DTYPES / HOPATTN_HEADDIMS");
+}
+
+namespace {
+
 // The Hopper kernel (kNotSupported when this build did not compile one for the problem).
 Status run_forward_kernel(const Problem& problem, const ForwardTensors& tensors, void* workspace, cudaStream_t stream) {
+  if (Status s = check_forward_kernel_built(problem); !s.ok()) return s;
   const ForwardKernelEntry* kernel = find_forward_kernel(problem.dtype, problem.head_dim);
-  if (kernel == nullptr) {
-    return Status(StatusCode::kNotSupported,
-                  std::string("this build has no forward kernel for dtype ") + dtype_name(problem.dtype) +
-                      " with head_dim >= " + std::to_string(problem.head_dim) +
-                      "; rebuild with it in the CMake options HOPATTN_DTYPES / HOPATTN_HEADDIMS");
-  }
   return cuda_status(kernel->launch(problem, tensors, current_device_limits(), workspace, stream),
                      "forward kernel launch");
 }
@@ -64,8 +71,11 @@ bool has_broadcast_input(const Problem& p, const RowTensor& q, const RowTensor& 
 }
 
 // Without a single key there is nothing to load (and no valid TMA descriptor for K/V): every row
-// is O = 0, LSE = -inf, which the simple kernel writes; it also takes broadcast inputs.
+// is O = 0, LSE = -inf, which the simple kernel writes; it also takes broadcast inputs. Never a
+// KV cache's problem, which it does not know: caches have positions and distinct rows
+// (validate.cpp), and their q is not broadcast.
 bool takes_simple_path(const Problem& problem, const ForwardTensors& tensors) {
+  if (problem.key_cache.enabled()) return false;
   return problem.total_k() == 0 || has_broadcast_input(problem, tensors.q, tensors.k, tensors.v);
 }
 

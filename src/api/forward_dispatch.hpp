@@ -15,6 +15,10 @@ namespace hopattn {
 // but is not given to TMA, which may reject such a descriptor; those calls take the simple path.
 bool has_broadcast_input(const Problem& p, const RowTensor& q, const RowTensor& k, const RowTensor& v);
 
+// kNotSupported, naming the CMake options, when this build compiled no forward kernel for the
+// problem's dtype and head dim.
+Status check_forward_kernel_built(const Problem& problem);
+
 // The workspace the forward of a validated problem can use on the current device (0: none; see
 // forward_workspace_size). Expects check_current_device() to have passed.
 size_t forward_workspace_bytes(const Problem& problem, const ForwardTensors& tensors);

@@ -181,6 +181,25 @@ Status check_int_array(const char* name, const IntArray& a, int64_t want_size, b
   return Status();
 }
 
+Status resolve_scores(const Mask& mask, float softmax_scale, Problem* p);
+
+// heads, heads_kv and head_dim, from q's dimension q_heads (head_dim after it) and k's k_heads.
+Status resolve_heads(const Tensor& q, int q_heads, const Tensor& k, int k_heads, const char* k_name, Problem* p) {
+  p->heads = static_cast<int>(q.shape[q_heads]);
+  p->heads_kv = static_cast<int>(k.shape[k_heads]);
+  p->head_dim = static_cast<int>(q.shape[q_heads + 1]);
+  if (p->head_dim % kHeadDimMultiple != 0 || p->head_dim == 0 || p->head_dim > kMaxHeadDim) {
+    return invalid("head_dim (q.shape[", q_heads + 1, "]) is ", p->head_dim, " but must be a multiple of ",
+                   kHeadDimMultiple, " in [8, ", kMaxHeadDim, "]");
+  }
+  if (p->heads == 0) return invalid("heads (q.shape[", q_heads, "]) is 0 but must be at least 1");
+  if (p->heads_kv == 0) return invalid("heads_kv (", k_name, ".shape[", k_heads, "]) is 0 but must be at least 1");
+  if (p->heads % p->heads_kv != 0) {
+    return invalid("heads (", p->heads, ") must be a multiple of heads_kv (", p->heads_kv, ") for GQA/MQA");
+  }
+  return Status();
+}
+
 // Shapes shared by forward and backward: everything Problem holds, taken from q, k and varlen.
 Status resolve_problem(const Tensor& q, const Tensor& k, float softmax_scale, const Mask& mask, const Varlen& varlen,
                        Problem* p) {
@@ -211,18 +230,7 @@ Status resolve_problem(const Tensor& q, const Tensor& k, float softmax_scale, co
     if (Status s = check_size(kKNames[is_varlen][d], k.shape[d]); !s.ok()) return s;
   }
   const int o = is_varlen ? 1 : 2;  // index of the heads dimension
-  p->heads = static_cast<int>(q.shape[o]);
-  p->heads_kv = static_cast<int>(k.shape[o]);
-  p->head_dim = static_cast<int>(q.shape[o + 1]);
-  if (p->head_dim % kHeadDimMultiple != 0 || p->head_dim == 0 || p->head_dim > kMaxHeadDim) {
-    return invalid("head_dim (q.shape[", o + 1, "]) is ", p->head_dim, " but must be a multiple of ", kHeadDimMultiple,
-                   " in [8, ", kMaxHeadDim, "]");
-  }
-  if (p->heads == 0) return invalid("heads (q.shape[", o, "]) is 0 but must be at least 1");
-  if (p->heads_kv == 0) return invalid("heads_kv (k.shape[", o, "]) is 0 but must be at least 1");
-  if (p->heads % p->heads_kv != 0) {
-    return invalid("heads (", p->heads, ") must be a multiple of heads_kv (", p->heads_kv, ") for GQA/MQA");
-  }
+  if (Status s = resolve_heads(q, o, k, o, "k", p); !s.ok()) return s;
 
   if (is_varlen) {
     if (varlen.cu_seqlens_q.data == nullptr || varlen.cu_seqlens_k.data == nullptr) {
@@ -260,6 +268,11 @@ Status resolve_problem(const Tensor& q, const Tensor& k, float softmax_scale, co
     p->keys = SequenceLayout{nullptr, nullptr, p->max_seqlen_k, total_k};
   }
 
+  return resolve_scores(mask, softmax_scale, p);
+}
+
+// The mask (simplified against max_seqlen_q/k, which must be set) and the softmax scale.
+Status resolve_scores(const Mask& mask, float softmax_scale, Problem* p) {
   if (mask.window_left < -1) return invalid("mask.window_left is ", mask.window_left, " but must be >= -1");
   if (mask.window_right < -1) return invalid("mask.window_right is ", mask.window_right, " but must be >= -1");
   if (mask.causal && mask.window_right > 0) {
@@ -316,16 +329,247 @@ Status check_all(const TensorCheck (&checks)[N]) {
   return Status();
 }
 
+// The queries of a call whose keys are a KV cache's: q is (batch, seqlen_q, heads, head_dim), or
+// (total_q, heads, head_dim) with cu_seqlens_q. Sets dtype, batch, max_seqlen_q and queries.
+// Each argument with the name messages give it (they differ between ForwardArgs and KVCacheArgs).
+struct CacheQueries {
+  IntArray cu_seqlens;
+  const char* cu_seqlens_name = "cu_seqlens_q";
+  IntArray seqused;  // optional
+  const char* seqused_name = "seqused_q";
+  int32_t max_seqlen = 0;
+  const char* max_seqlen_name = "max_seqlen_q";
+};
+
+Status resolve_cache_queries(const Tensor& q, const CacheQueries& c, Problem* p) {
+  if (q.dtype != DType::kFloat16 && q.dtype != DType::kBFloat16) {
+    return invalid("q.dtype is ", dtype_name(q.dtype), " but must be float16 or bfloat16");
+  }
+  p->dtype = q.dtype;
+  const bool varlen = c.cu_seqlens.data != nullptr;
+  const int want_rank = varlen ? 3 : 4;
+  if (q.rank != want_rank) {
+    return invalid("q.rank is ", q.rank, " but must be ", want_rank, ": ",
+                   varlen ? "(total_q, heads, head_dim)" : "(batch, seqlen_q, heads, head_dim)");
+  }
+  for (int d = 0; d < want_rank; ++d) {
+    if (q.shape[d] < 0 || q.shape[d] > kMaxIndex) {
+      return invalid("q.shape[", d, "] is ", q.shape[d], " but must be in [0, 2^31-1]");
+    }
+  }
+  if (!varlen) {
+    if (c.seqused.data != nullptr) {
+      return invalid(c.seqused_name, " is given without ", c.cu_seqlens_name, "; it needs varlen queries");
+    }
+    p->batch = static_cast<int>(q.shape[0]);
+    p->max_seqlen_q = static_cast<int>(q.shape[1]);
+    const int64_t total_q = q.shape[0] * q.shape[1];
+    if (Status s = check_size("batch * seqlen_q", total_q); !s.ok()) return s;
+    p->queries = SequenceLayout{nullptr, nullptr, p->max_seqlen_q, total_q};
+    return Status();
+  }
+  if (c.cu_seqlens.size < 1) {
+    return invalid(c.cu_seqlens_name, ".size is ", c.cu_seqlens.size, " but must be batch + 1 >= 1");
+  }
+  const int64_t batch = c.cu_seqlens.size - 1;
+  if (Status s = check_int_array(c.cu_seqlens_name, c.cu_seqlens, batch + 1, true); !s.ok()) return s;
+  if (Status s = check_int_array(c.seqused_name, c.seqused, batch, false); !s.ok()) return s;
+  if (Status s = check_size(c.max_seqlen_name, c.max_seqlen); !s.ok()) return s;
+  p->batch = static_cast<int>(batch);
+  p->max_seqlen_q = c.max_seqlen;
+  p->queries = SequenceLayout{c.cu_seqlens.data, c.seqused.data, 0, q.shape[0]};
+  return Status();
+}
+
+// The keys of a KV cache: contiguous, k and v are (cache_rows, capacity, heads_kv, head_dim);
+// paged, (num_pages, page_size, heads_kv, head_dim) with a page table of (rows, max_pages).
+// Sequence b reads cache row batch_index[b] (default b) from start[b] (default 0) up to
+// lengths[b] (default: the capacity). Sets heads, heads_kv, head_dim, max_seqlen_k, keys and
+// key_cache (queries first).
+struct CacheKeys {
+  Tensor k;
+  const char* k_name = "k_cache";
+  Tensor v;
+  const char* v_name = "v_cache";
+  PageTable table;
+  IntArray lengths;
+  const char* lengths_name = "cache_seqlens";
+  bool lengths_required = true;
+  IntArray batch_index;
+  const char* batch_index_name = "cache_batch_idx";
+  IntArray start;
+  const char* start_name = "cache_leftpad";
+};
+
+Status resolve_cache_keys(const Tensor& q, const CacheKeys& c, Problem* p) {
+  const bool paged = c.table.enabled();
+  if (c.k.rank != 4) {
+    return invalid(c.k_name, ".rank is ", c.k.rank, " but must be 4: ",
+                   paged ? "(num_pages, page_size, heads_kv, head_dim)" : "(cache_rows, capacity, heads_kv, head_dim)");
+  }
+  for (int d = 0; d < 4; ++d) {
+    if (c.k.shape[d] < 0 || c.k.shape[d] > kMaxIndex) {
+      return invalid(c.k_name, ".shape[", d, "] is ", c.k.shape[d], " but must be in [0, 2^31-1]");
+    }
+  }
+  if (Status s = resolve_heads(q, q.rank - 2, c.k, 2, c.k_name, p); !s.ok()) return s;
+  if (c.k.shape[3] != p->head_dim) {
+    return invalid(c.k_name, ".shape[3] (head_dim) is ", c.k.shape[3], " but must equal q's head_dim = ", p->head_dim);
+  }
+  if (Status s = check_int_array(c.lengths_name, c.lengths, p->batch, c.lengths_required); !s.ok()) return s;
+  if (Status s = check_int_array(c.batch_index_name, c.batch_index, p->batch, false); !s.ok()) return s;
+  if (Status s = check_int_array(c.start_name, c.start, p->batch, false); !s.ok()) return s;
+
+  KeyCache& cache = p->key_cache;
+  cache.batch_index = c.batch_index.data;
+  int64_t capacity = 0;
+  if (paged) {
+    const PageTable& t = c.table;
+    if (reinterpret_cast<uintptr_t>(t.data) % alignof(int32_t) != 0) {
+      return invalid("page_table", ".data = ", static_cast<const void*>(t.data), " is not 4-byte aligned");
+    }
+    if (t.batch < 0 || t.batch > kMaxIndex) {
+      return invalid("page_table", ".batch is ", t.batch, " but must be in [0, 2^31-1]");
+    }
+    if (t.max_pages < 1 || t.max_pages > kMaxIndex) {
+      return invalid("page_table", ".max_pages is ", t.max_pages, " but must be in [1, 2^31-1]");
+    }
+    const int64_t row_stride = t.row_stride == 0 ? t.max_pages : t.row_stride;
+    if (row_stride < t.max_pages) {
+      return invalid("page_table", ".row_stride is ", t.row_stride, " but must be 0 or >= max_pages = ", t.max_pages);
+    }
+    if (c.batch_index.data != nullptr && t.batch < 1) {
+      return invalid("page_table", ".batch (rows) is 0 but must be at least 1 (", c.batch_index_name,
+                     " picks a row per sequence)");
+    }
+    if (c.batch_index.data == nullptr && t.batch != p->batch) {
+      return invalid("page_table", ".batch (rows) is ", t.batch, " but must equal batch = ", p->batch,
+                     " (one row per sequence)");
+    }
+    if (int64_t last = 0; __builtin_mul_overflow(t.batch - 1, row_stride, &last) || last > INT64_MAX - t.max_pages) {
+      return invalid("page_table", ": batch * row_stride overflows int64");
+    }
+    if (c.k.shape[0] < 1 || c.k.shape[1] < 1) {
+      return invalid(c.k_name, ".shape = ", tuple(c.k.shape, 4), ": num_pages and page_size must be at least 1");
+    }
+    capacity = t.max_pages * c.k.shape[1];
+    if (capacity > kMaxIndex) {
+      return invalid("page_table", ".max_pages * page_size = ", capacity, " keys per sequence; must be at most 2^31-1");
+    }
+    cache.page_table = t.data;
+    cache.page_table_stride = row_stride;
+    cache.page_size = static_cast<int>(c.k.shape[1]);
+    cache.num_pages = static_cast<int>(c.k.shape[0]);
+    cache.max_pages = static_cast<int>(t.max_pages);
+    cache.rows = static_cast<int>(t.batch);
+  } else {
+    if (c.batch_index.data != nullptr && c.k.shape[0] < 1) {
+      return invalid(c.k_name, ".shape[0] (cache rows) is 0 but must be at least 1 (", c.batch_index_name,
+                     " picks a row per sequence)");
+    }
+    if (c.batch_index.data == nullptr && c.k.shape[0] != p->batch) {
+      return invalid(c.k_name, ".shape[0] (cache rows) is ", c.k.shape[0], " but must equal batch = ", p->batch,
+                     " (one row per sequence)");
+    }
+    capacity = c.k.shape[1];
+    if (capacity < 1) return invalid(c.k_name, ".shape[1] (capacity) is 0 but must be at least 1");
+    cache.rows = static_cast<int>(c.k.shape[0]);
+  }
+  const ExpectedTensor cache_shape{
+      c.k_name, 4, {c.k.shape[0], c.k.shape[1], p->heads_kv, p->head_dim},
+      paged ? "(num_pages, page_size, heads_kv, head_dim)" : "(cache_rows, capacity, heads_kv, head_dim)"};
+  ExpectedTensor v_shape = cache_shape;
+  v_shape.name = c.v_name;
+  // Also where they are only read: a cache with broadcast (stride 0) rows would be one whose
+  // appends land on each other, and the kernels' gather path assumes distinct rows.
+  if (Status s = check_tensor(c.k, cache_shape, p->dtype, true); !s.ok()) return s;
+  if (Status s = check_tensor(c.v, v_shape, p->dtype, true); !s.ok()) return s;
+  p->max_seqlen_k = static_cast<int>(capacity);
+  p->keys = SequenceLayout{nullptr, c.lengths.data, static_cast<int>(capacity), c.k.shape[0] * c.k.shape[1]};
+  p->keys.start = c.start.data;
+  p->keys.capacity_faults = true;
+  return Status();
+}
+
+RowTensor cache_row_tensor(const Tensor& t) { return RowTensor{t.data, t.stride[0], t.stride[1], t.stride[2]}; }
+
+// Q, O and LSE of a call whose keys are a KV cache's (shapes from the resolved problem).
+Status check_cache_call_outputs(const Tensor& q, const Tensor& o, const Tensor& lse, const Problem& p,
+                                ForwardTensors* t) {
+  const bool v = p.varlen();
+  const TensorCheck checks[] = {
+      {&q, expect_q_like("q", p), p.dtype, false},
+      {&o, expect_q_like("o", p), p.dtype, true},
+  };
+  if (Status s = check_all(checks); !s.ok()) return s;
+  // The simple path that takes broadcast inputs elsewhere knows no KV cache.
+  for (int d = 0; d + 1 < q.rank; ++d) {
+    if (q.shape[d] > 1 && q.stride[d] == 0) {
+      return invalid("q.stride[", d, "] is 0: a call on a KV cache takes no broadcast q (make it contiguous)");
+    }
+  }
+  if (lse.data != nullptr) {
+    if (Status s = check_tensor(lse, expect_lse("lse", p), DType::kFloat32, true); !s.ok()) return s;
+  }
+  t->q = row_tensor(q, v);
+  t->o = row_tensor(o, v);
+  t->lse = lse.data ? lse_row_tensor(lse, v) : RowTensor{};
+  return Status();
+}
+
+Status resolve_forward_hints(int32_t num_splits, PackGqa pack_gqa, Problem* p) {
+  if (num_splits < 0) return invalid("num_splits is ", num_splits, " but must be >= 0 (0: chosen, 1: no split)");
+  const int pack = static_cast<int>(pack_gqa);
+  if (pack < -1 || pack > 1) return invalid("pack_gqa is ", pack, " but must be -1 (auto), 0 (off) or 1 (on)");
+  p->num_splits = num_splits;
+  p->pack_gqa = pack_gqa;
+  return Status();
+}
+
+// ForwardArgs with a page table: chunked prefill against a paged KV cache.
+Status validate_paged_forward(const ForwardArgs& a, Problem* p, ForwardTensors* t) {
+  if (a.varlen.cu_seqlens_k.data != nullptr) {
+    return invalid("varlen.cu_seqlens_k is given with page_table; paged keys are located by the page table "
+                   "(and counted by varlen.seqused_k), so it must be null");
+  }
+  CacheQueries queries;
+  queries.cu_seqlens = a.varlen.cu_seqlens_q;
+  queries.cu_seqlens_name = "varlen.cu_seqlens_q";
+  queries.seqused = a.varlen.seqused_q;
+  queries.seqused_name = "varlen.seqused_q";
+  queries.max_seqlen = a.varlen.max_seqlen_q;
+  queries.max_seqlen_name = "varlen.max_seqlen_q";
+  if (Status s = resolve_cache_queries(a.q, queries, p); !s.ok()) return s;
+  CacheKeys keys;
+  keys.k = a.k;
+  keys.k_name = "k";
+  keys.v = a.v;
+  keys.v_name = "v";
+  keys.table = a.page_table;
+  keys.lengths = a.varlen.seqused_k;
+  keys.lengths_name = "varlen.seqused_k";
+  keys.lengths_required = false;
+  if (Status s = resolve_cache_keys(a.q, keys, p); !s.ok()) return s;
+  if (Status s = resolve_scores(a.mask, a.softmax_scale, p); !s.ok()) return s;
+  if (Status s = resolve_forward_hints(a.num_splits, a.pack_gqa, p); !s.ok()) return s;
+  if (Status s = check_cache_call_outputs(a.q, a.o, a.lse, *p, t); !s.ok()) return s;
+  t->k = cache_row_tensor(a.k);
+  t->v = cache_row_tensor(a.v);
+  return Status();
+}
+
 }  // namespace
 
 Status validate_forward(const ForwardArgs& a, Problem* p, ForwardTensors* t) {
   *p = Problem{};
+  if (a.page_table.enabled()) return validate_paged_forward(a, p, t);
+  if (a.page_table.batch != 0 || a.page_table.max_pages != 0 || a.page_table.row_stride != 0) {
+    return invalid("page_table.data is null but its shape is (", a.page_table.batch, ", ", a.page_table.max_pages,
+                   ") with row_stride ", a.page_table.row_stride,
+                   "; set data for paged K/V, or leave the table empty");
+  }
   if (Status s = resolve_problem(a.q, a.k, a.softmax_scale, a.mask, a.varlen, p); !s.ok()) return s;
-  if (a.num_splits < 0) return invalid("num_splits is ", a.num_splits, " but must be >= 0 (0: chosen, 1: no split)");
-  const int pack = static_cast<int>(a.pack_gqa);
-  if (pack < -1 || pack > 1) return invalid("pack_gqa is ", pack, " but must be -1 (auto), 0 (off) or 1 (on)");
-  p->num_splits = a.num_splits;
-  p->pack_gqa = a.pack_gqa;
+  if (Status s = resolve_forward_hints(a.num_splits, a.pack_gqa, p); !s.ok()) return s;
   const TensorCheck checks[] = {
       {&a.q, expect_q_like("q", *p), p->dtype, false},
       {&a.k, expect_k_like("k", *p), p->dtype, false},
@@ -357,6 +601,119 @@ Status validate_backward(const BackwardArgs& a, Problem* p, BackwardTensors* t) 
   *t = BackwardTensors{row_tensor(a.q, v),  row_tensor(a.k, v),       row_tensor(a.v, v),
                        row_tensor(a.o, v),  lse_row_tensor(a.lse, v), row_tensor(a.dout, v),
                        row_tensor(a.dq, v), row_tensor(a.dk, v),      row_tensor(a.dv, v)};
+  return Status();
+}
+
+Status validate_kvcache(const KVCacheArgs& a, KVCacheCall* call) {
+  *call = KVCacheCall{};
+  Problem* p = &call->problem;
+  CacheQueries queries;
+  queries.cu_seqlens = a.cu_seqlens_q;
+  queries.max_seqlen = a.max_seqlen_q;
+  if (Status s = resolve_cache_queries(a.q, queries, p); !s.ok()) return s;
+  const bool appends = a.k_new.data != nullptr || a.v_new.data != nullptr;
+  CacheKeys keys;
+  keys.k = a.k_cache;
+  keys.v = a.v_cache;
+  keys.table = a.page_table;
+  keys.lengths = a.cache_seqlens;
+  keys.batch_index = a.cache_batch_idx;
+  keys.start = a.cache_leftpad;
+  if (Status s = resolve_cache_keys(a.q, keys, p); !s.ok()) return s;
+  if (Status s = resolve_scores(a.mask, a.softmax_scale, p); !s.ok()) return s;
+  if (Status s = resolve_forward_hints(a.num_splits, a.pack_gqa, p); !s.ok()) return s;
+  if (Status s = check_cache_call_outputs(a.q, a.o, a.lse, *p, &call->tensors); !s.ok()) return s;
+  call->tensors.k = cache_row_tensor(a.k_cache);
+  call->tensors.v = cache_row_tensor(a.v_cache);
+
+  AppendKVParams& ap = call->append;
+  ap.dtype = p->dtype;
+  ap.batch = p->batch;
+  ap.heads = p->heads;
+  ap.heads_kv = p->heads_kv;
+  ap.head_dim = p->head_dim;
+  ap.k_cache = call->tensors.k;
+  ap.v_cache = call->tensors.v;
+  ap.cache = p->key_cache;
+  ap.capacity = p->keys.fixed_length;
+  ap.cache_seqlens = a.cache_seqlens.data;
+
+  // New keys and values: both or neither, like each other.
+  if (appends) {
+    if (a.k_new.data == nullptr || a.v_new.data == nullptr) {
+      return invalid(a.k_new.data ? "v_new" : "k_new", ".data is null but ", a.k_new.data ? "k_new" : "v_new",
+                     " is given; new keys and values come together");
+    }
+    const bool varlen_new = a.cu_seqlens_new.data != nullptr;
+    if (varlen_new) {
+      if (Status s = check_int_array("cu_seqlens_new", a.cu_seqlens_new, p->batch + 1, true); !s.ok()) return s;
+      if (a.k_new.rank != 3) return invalid("k_new.rank is ", a.k_new.rank, " but must be 3: (total_new, heads_kv, head_dim)");
+      if (Status s = check_size("k_new.shape[0] (total_new)", a.k_new.shape[0]); !s.ok()) return s;
+    } else {
+      if (a.k_new.rank != 4) {
+        return invalid("k_new.rank is ", a.k_new.rank, " but must be 4: (batch, seqlen_new, heads_kv, head_dim)");
+      }
+      if (Status s = check_size("k_new.shape[1] (seqlen_new)", a.k_new.shape[1]); !s.ok()) return s;
+    }
+    const ExpectedTensor want =
+        varlen_new ? ExpectedTensor{"k_new", 3, {a.k_new.shape[0], p->heads_kv, p->head_dim}, "(total_new, heads_kv, head_dim)"}
+                   : ExpectedTensor{"k_new", 4, {p->batch, a.k_new.shape[1], p->heads_kv, p->head_dim},
+                                    "(batch, seqlen_new, heads_kv, head_dim)"};
+    ExpectedTensor want_v = want;
+    want_v.name = "v_new";
+    if (Status s = check_tensor(a.k_new, want, p->dtype, false); !s.ok()) return s;
+    if (Status s = check_tensor(a.v_new, want_v, p->dtype, false); !s.ok()) return s;
+    ap.k_new = varlen_new ? row_tensor(a.k_new, true) : row_tensor(a.k_new, false);
+    ap.v_new = varlen_new ? row_tensor(a.v_new, true) : row_tensor(a.v_new, false);
+    ap.cu_seqlens_new = a.cu_seqlens_new.data;
+    ap.seqlen_new = varlen_new ? static_cast<int>(std::min<int64_t>(a.k_new.shape[0], kMaxIndex))
+                               : static_cast<int>(a.k_new.shape[1]);
+    ap.total_new = varlen_new ? a.k_new.shape[0] : static_cast<int64_t>(p->batch) * a.k_new.shape[1];
+  } else if (a.cu_seqlens_new.data != nullptr) {
+    return invalid("cu_seqlens_new is given without k_new/v_new");
+  }
+
+  // Rotary embedding of the new keys and of q.
+  const RotaryEmbedding& r = a.rotary;
+  if (!r.enabled()) {
+    if (r.sin.data != nullptr) return invalid("rotary.sin is given without rotary.cos");
+    if (r.positions.data != nullptr) return invalid("rotary.positions is given without rotary.cos/sin");
+    return Status();
+  }
+  if (!appends) {
+    return invalid("rotary.cos is given without k_new/v_new: rotary embedding applies to the new keys (and q) "
+                   "of an append");
+  }
+  if (r.cos.rank != 2) return invalid("rotary.cos.rank is ", r.cos.rank, " but must be 2: (max_position, rotary_dim / 2)");
+  const int64_t half = r.cos.shape[1];
+  if (half < 1 || 2 * half > p->head_dim || (2 * half) % 16 != 0) {
+    return invalid("rotary_dim (2 * rotary.cos.shape[1]) is ", 2 * half, " but must be a multiple of 16 in [16, head_dim = ",
+                   p->head_dim, "]");
+  }
+  if (Status s = check_size("rotary.cos.shape[0] (max_position)", r.cos.shape[0]); !s.ok()) return s;
+  const ExpectedTensor cos_shape{"rotary.cos", 2, {r.cos.shape[0], half}, "(max_position, rotary_dim / 2)"};
+  ExpectedTensor sin_shape = cos_shape;
+  sin_shape.name = "rotary.sin";
+  if (Status s = check_tensor(r.cos, cos_shape, p->dtype, false); !s.ok()) return s;
+  if (Status s = check_tensor(r.sin, sin_shape, p->dtype, false); !s.ok()) return s;
+  if (r.cos.shape[0] > 1 && r.sin.stride[0] != r.cos.stride[0]) {
+    return invalid("rotary.sin.stride[0] is ", r.sin.stride[0], " but must equal rotary.cos.stride[0] = ", r.cos.stride[0]);
+  }
+  if (Status s = check_int_array("rotary.positions", r.positions, p->batch, false); !s.ok()) return s;
+  ap.rotary_dim = static_cast<int>(2 * half);
+  ap.rotary_interleaved = r.interleaved;
+  ap.rotary_cos = r.cos.data;
+  ap.rotary_sin = r.sin.data;
+  ap.rotary_row_stride = r.cos.shape[0] > 1 ? r.cos.stride[0] : half;
+  ap.rotary_positions = static_cast<int>(r.cos.shape[0]);
+  ap.rotary_start = r.positions.data;
+  ap.q = call->tensors.q;
+  ap.cu_seqlens_q = a.cu_seqlens_q.data;
+  ap.seqlen_q = p->max_seqlen_q;
+  ap.total_q = p->total_q();
+  // FlashAttention's rule: under a causal or local mask query i sits at position start + i;
+  // without one every query is at the position of the first new key.
+  ap.q_positions_per_row = a.mask.causal || a.mask.window_left >= 0 || a.mask.window_right >= 0;
   return Status();
 }
 

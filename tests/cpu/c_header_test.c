@@ -1,4 +1,4 @@
-/* The C ABI header compiles as plain C and links: init, a rejected call, the error message. */
+/* The C ABI header compiles as plain C and links: init, rejected calls, the error messages. */
 #include <stdio.h>
 #include <string.h>
 
@@ -15,6 +15,21 @@ int main(void) {
   if (hopattn_forward(&args, NULL) != HOPATTN_ERROR_INVALID_ARGUMENT ||
       strstr(hopattn_last_error(), "q.rank") == NULL) {
     fprintf(stderr, "unexpected result: %s\n", hopattn_last_error());
+    return 1;
+  }
+  /* The KV-cache call: no cache_seqlens, which validation must name. */
+  hopattn_kvcache_args kv;
+  hopattn_kvcache_args_init(&kv);
+  if (kv.struct_size != sizeof(kv) || kv.pack_gqa != -1 || kv.page_table.data != NULL || kv.rotary.interleaved != 0) {
+    fprintf(stderr, "hopattn_kvcache_args_init did not set the defaults\n");
+    return 1;
+  }
+  kv.q = args.q;
+  size_t bytes = 0;
+  if (hopattn_forward_kvcache_workspace_size(&kv, &bytes) != HOPATTN_ERROR_INVALID_ARGUMENT ||
+      hopattn_forward_kvcache(&kv, NULL, 0, NULL) != HOPATTN_ERROR_INVALID_ARGUMENT ||
+      strstr(hopattn_last_error(), "q.") == NULL) {
+    fprintf(stderr, "unexpected kvcache result: %s\n", hopattn_last_error());
     return 1;
   }
   printf("C ABI ok: %s\n", hopattn_version());

@@ -25,6 +25,18 @@ hopattn_tensor tensor4(void* data, int dtype, int64_t a, int64_t b, int64_t c, i
   return t;
 }
 
+hopattn_tensor tensor2(void* data, int dtype, int64_t a, int64_t b) {
+  hopattn_tensor t{};
+  t.data = data;
+  t.dtype = dtype;
+  t.rank = 2;
+  t.shape[0] = a;
+  t.shape[1] = b;
+  t.stride[0] = b;
+  t.stride[1] = 1;
+  return t;
+}
+
 hopattn_forward_args forward_args_with_bad_k_dtype() {
   hopattn_forward_args a;
   hopattn_forward_args_init(&a);
@@ -33,6 +45,31 @@ hopattn_forward_args forward_args_with_bad_k_dtype() {
   a.v = tensor4(fake(3), HOPATTN_BFLOAT16, 1, 16, 2, 64);
   a.o = tensor4(fake(4), HOPATTN_BFLOAT16, 1, 16, 2, 64);
   return a;
+}
+
+hopattn_int_array int_array(uintptr_t slot, int64_t size) {
+  return hopattn_int_array{static_cast<const int32_t*>(fake(slot)), size};
+}
+
+// A decode step that validation accepts: 2 sequences, one query each, a contiguous cache of 256.
+hopattn_kvcache_args valid_kvcache_args() {
+  hopattn_kvcache_args a;
+  hopattn_kvcache_args_init(&a);
+  a.q = tensor4(fake(1), HOPATTN_BFLOAT16, 2, 1, 4, 64);
+  a.k_cache = tensor4(fake(2), HOPATTN_BFLOAT16, 2, 256, 2, 64);
+  a.v_cache = tensor4(fake(3), HOPATTN_BFLOAT16, 2, 256, 2, 64);
+  a.o = tensor4(fake(4), HOPATTN_BFLOAT16, 2, 1, 4, 64);
+  a.cache_seqlens = int_array(5, 2);
+  return a;
+}
+
+std::string kvcache_error(const hopattn_kvcache_args& a) {
+  EXPECT_EQ(hopattn_forward_kvcache(&a, fake(20), size_t{1} << 30, nullptr), HOPATTN_ERROR_INVALID_ARGUMENT);
+  const std::string message = hopattn_last_error();
+  size_t bytes = 0;
+  EXPECT_EQ(hopattn_forward_kvcache_workspace_size(&a, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(message, hopattn_last_error()) << "the workspace query must validate the same way";
+  return message;
 }
 
 TEST(CApi, InitSetsSizeAndDefaults) {
@@ -47,10 +84,32 @@ TEST(CApi, InitSetsSizeAndDefaults) {
   EXPECT_EQ(f.q.data, nullptr);
   EXPECT_EQ(f.num_splits, 0);  // the library chooses
   EXPECT_EQ(f.pack_gqa, -1);
+  EXPECT_EQ(f.page_table.data, nullptr);
+  EXPECT_EQ(f.page_table.batch, 0);
+  EXPECT_EQ(f.page_table.max_pages, 0);
+  EXPECT_EQ(f.page_table.row_stride, 0);
   hopattn_backward_args b;
   hopattn_backward_args_init(&b);
   EXPECT_EQ(b.struct_size, sizeof b);
   EXPECT_EQ(b.deterministic, 0);
+  hopattn_kvcache_args c;
+  std::memset(&c, 0x5A, sizeof c);
+  hopattn_kvcache_args_init(&c);
+  EXPECT_EQ(c.struct_size, sizeof c);
+  EXPECT_EQ(c.softmax_scale, 0.0f);
+  EXPECT_EQ(c.causal, 0);
+  EXPECT_EQ(c.window_left, -1);
+  EXPECT_EQ(c.window_right, -1);
+  EXPECT_EQ(c.num_splits, 0);
+  EXPECT_EQ(c.pack_gqa, -1);
+  EXPECT_EQ(c.max_seqlen_q, 0);
+  EXPECT_EQ(c.page_table.data, nullptr);
+  EXPECT_EQ(c.cache_seqlens.data, nullptr);
+  EXPECT_EQ(c.k_new.data, nullptr);
+  EXPECT_EQ(c.rotary.cos.data, nullptr);
+  EXPECT_EQ(c.rotary.interleaved, 0);
+  EXPECT_EQ(c.rotary.positions.size, 0);
+  hopattn_kvcache_args_init(nullptr);  // ignored, like the other init functions
 }
 
 TEST(CApi, ErrorsCarryTheSameMessagesAsCpp) {
@@ -106,6 +165,82 @@ TEST(CApi, DecodeLayoutFieldsReachTheLibrary) {
   a.struct_size = offsetof(hopattn_forward_args, num_splits);
   EXPECT_EQ(hopattn_forward(&a, nullptr), HOPATTN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(hopattn_last_error()).find("k.dtype"), std::string::npos) << hopattn_last_error();
+}
+
+TEST(CApi, PageTableReachesTheLibraryAndOlderStructsGetNone) {
+  hopattn_forward_args a = forward_args_with_bad_k_dtype();
+  a.page_table = hopattn_page_table{static_cast<const int32_t*>(fake(9)), 1, 8, 4};
+  a.varlen.cu_seqlens_k = int_array(10, 2);
+  EXPECT_EQ(hopattn_forward(&a, nullptr), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("varlen.cu_seqlens_k is given with page_table"), std::string::npos)
+      << hopattn_last_error();
+  a.varlen.cu_seqlens_k = hopattn_int_array{nullptr, 0};
+  a.k.dtype = HOPATTN_BFLOAT16;
+  EXPECT_EQ(hopattn_forward(&a, nullptr), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("page_table.row_stride is 4"), std::string::npos)
+      << hopattn_last_error();
+  // A caller built before page_table: whatever its bytes hold, the table is empty (no paging).
+  a = forward_args_with_bad_k_dtype();
+  a.page_table = hopattn_page_table{static_cast<const int32_t*>(fake(9)), 1, 8, 4};
+  a.struct_size = offsetof(hopattn_forward_args, page_table);
+  EXPECT_EQ(hopattn_forward(&a, nullptr), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("k.dtype"), std::string::npos) << hopattn_last_error();
+  size_t bytes = 0;
+  EXPECT_EQ(hopattn_forward_workspace_size(&a, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("k.dtype"), std::string::npos) << hopattn_last_error();
+}
+
+TEST(CApi, KVCacheErrorsNameTheField) {
+  EXPECT_EQ(hopattn_forward_kvcache(nullptr, nullptr, 0, nullptr), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(hopattn_last_error(), "args is null");
+  size_t bytes = 0;
+  EXPECT_EQ(hopattn_forward_kvcache_workspace_size(nullptr, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(hopattn_last_error(), "args is null");
+  hopattn_kvcache_args a = valid_kvcache_args();
+  EXPECT_EQ(hopattn_forward_kvcache_workspace_size(&a, nullptr), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(hopattn_last_error(), "bytes is null");
+  a.struct_size = 3;
+  EXPECT_NE(kvcache_error(a).find("hopattn_*_args_init"), std::string::npos);
+
+  a = valid_kvcache_args();
+  a.cache_seqlens = hopattn_int_array{nullptr, 0};
+  EXPECT_NE(kvcache_error(a).find("cache_seqlens is missing"), std::string::npos) << hopattn_last_error();
+  a = valid_kvcache_args();
+  a.k_new = tensor4(fake(6), HOPATTN_BFLOAT16, 2, 1, 2, 64);
+  EXPECT_NE(kvcache_error(a).find("v_new.data is null but k_new is given"), std::string::npos) << hopattn_last_error();
+  a = valid_kvcache_args();
+  a.cache_batch_idx = int_array(7, 3);
+  EXPECT_NE(kvcache_error(a).find("cache_batch_idx.size is 3 but must be 2"), std::string::npos)
+      << hopattn_last_error();
+  a = valid_kvcache_args();
+  a.rotary.cos = tensor2(fake(8), HOPATTN_BFLOAT16, 512, 16);
+  EXPECT_NE(kvcache_error(a).find("rotary.cos is given without k_new/v_new"), std::string::npos)
+      << hopattn_last_error();
+  a = valid_kvcache_args();
+  a.page_table = hopattn_page_table{static_cast<const int32_t*>(fake(9)), 3, 4, 0};
+  EXPECT_NE(kvcache_error(a).find("page_table.batch (rows) is 3"), std::string::npos) << hopattn_last_error();
+  // The mask and layout fields reach the library.
+  a = valid_kvcache_args();
+  a.causal = 1;
+  a.window_right = 2;
+  EXPECT_NE(kvcache_error(a).find("mask.causal is set with mask.window_right = 2"), std::string::npos)
+      << hopattn_last_error();
+  a = valid_kvcache_args();
+  a.num_splits = -1;
+  EXPECT_NE(kvcache_error(a).find("num_splits is -1"), std::string::npos) << hopattn_last_error();
+  a = valid_kvcache_args();
+  a.pack_gqa = 2;
+  EXPECT_NE(kvcache_error(a).find("pack_gqa is 2"), std::string::npos) << hopattn_last_error();
+}
+
+TEST(CApi, ValidKVCacheArgsReachTheDeviceCheck) {
+  // Without a Hopper GPU the call stops at the device check, after validation accepted everything.
+  const hopattn_kvcache_args a = valid_kvcache_args();
+  size_t bytes = 0;
+  const int status = hopattn_forward_kvcache_workspace_size(&a, &bytes);
+  if (status == HOPATTN_OK) GTEST_SKIP() << "a Hopper GPU is present; this test covers machines without one";
+  EXPECT_EQ(status, HOPATTN_ERROR_DEVICE_UNAVAILABLE) << hopattn_last_error();
+  EXPECT_EQ(hopattn_forward_kvcache(&a, nullptr, 0, nullptr), HOPATTN_ERROR_DEVICE_UNAVAILABLE);
 }
 
 TEST(CApi, LastErrorIsThreadLocal) {

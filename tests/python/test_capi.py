@@ -24,6 +24,9 @@ _FIELDS = {
                                       "max_seqlen_q", "max_seqlen_k"]),
     "hopattn_forward_args": (_capi.ForwardArgs, [f for f, _ in _capi.ForwardArgs._fields_]),
     "hopattn_backward_args": (_capi.BackwardArgs, [f for f, _ in _capi.BackwardArgs._fields_]),
+    "hopattn_page_table": (_capi.PageTable, ["data", "batch", "max_pages", "row_stride"]),
+    "hopattn_rotary": (_capi.Rotary, ["cos", "sin", "interleaved", "positions"]),
+    "hopattn_kvcache_args": (_capi.KVCacheArgs, [f for f, _ in _capi.KVCacheArgs._fields_]),
 }
 
 
@@ -67,8 +70,38 @@ def test_packed_structs_agree_with_ctypes():
     assert args.varlen.seqused_q.data == 0x5000 and not args.varlen.seqused_k.data
     assert args.varlen.max_seqlen_q == 7 and args.varlen.max_seqlen_k == 9
     assert args.num_splits == 0 and args.pack_gqa == _capi.PACK_GQA_AUTO  # the defaults
+    assert not args.page_table.data and args.page_table.max_pages == 0  # no paging
     split = _capi.ForwardArgs.from_buffer_copy(_capi.pack_forward(q, q, q, q, lse, 0.5, 1, 5, 0, varlen, 7, 1))
     assert split.num_splits == 7 and split.pack_gqa == 1
+    paged = _capi.ForwardArgs.from_buffer_copy(
+        _capi.pack_forward(q, q, q, q, lse, 0.5, 1, 5, 0, varlen, 7, 1, (0x6000, 3, 9, 12))
+    )
+    table = paged.page_table
+    assert (table.data, table.batch, table.max_pages, table.row_stride) == (0x6000, 3, 9, 12)
+    assert paged.pack_gqa == 1
+
+    cos = _capi.tensor_fields(0x7000, BF16, (64, 8), (8, 1))
+    packed = _capi.pack_kvcache(
+        q, q, q, q, lse, 0.5, 1, 5, 0, cache_seqlens=(0x1100, 2), page_table=(0x1200, 2, 4, 0),
+        cache_batch_idx=(0x1300, 2), cache_leftpad=(0x1400, 2), k_new=q, v_new=q, cu_seqlens_new=(0x1500, 3),
+        rotary=(*cos, *cos, 1, 0x1600, 2), cu_seqlens_q=(0x1700, 3), max_seqlen_q=11, num_splits=3, pack_gqa=0,
+    )  # fmt: skip
+    kv = _capi.KVCacheArgs.from_buffer_copy(packed)
+    assert kv.struct_size == ctypes.sizeof(_capi.KVCacheArgs) == len(packed)
+    assert kv.q.data == kv.k_cache.data == kv.v_cache.data == kv.k_new.data == kv.v_new.data == kv.o.data == 0x1000
+    assert kv.lse.dtype == FP32 and list(kv.v_cache.stride) == [96, 32, 8, 1]
+    assert (kv.page_table.data, kv.page_table.batch, kv.page_table.max_pages) == (0x1200, 2, 4)
+    assert [a.data for a in (kv.cache_seqlens, kv.cache_batch_idx, kv.cache_leftpad, kv.cu_seqlens_new,
+                             kv.cu_seqlens_q)] == [0x1100, 0x1300, 0x1400, 0x1500, 0x1700]  # fmt: skip
+    assert kv.cu_seqlens_new.size == 3 and kv.max_seqlen_q == 11
+    assert kv.rotary.cos.data == kv.rotary.sin.data == 0x7000 and list(kv.rotary.sin.shape) == [64, 8, 0, 0]
+    assert kv.rotary.interleaved == 1 and kv.rotary.positions.data == 0x1600 and kv.rotary.positions.size == 2
+    assert kv.softmax_scale == 0.5 and kv.causal == 1 and kv.window_left == 5 and kv.window_right == 0
+    assert kv.num_splits == 3 and kv.pack_gqa == 0
+    packed = _capi.pack_kvcache(q, q, q, q, lse, 0.0, 0, -1, -1, cache_seqlens=(1, 2))
+    empty = _capi.KVCacheArgs.from_buffer_copy(packed)
+    assert not empty.page_table.data and not empty.k_new.data and not empty.rotary.cos.data
+    assert empty.pack_gqa == _capi.PACK_GQA_AUTO and empty.num_splits == 0
 
     packed = _capi.pack_backward(q, q, q, q, lse, q, q, q, q, 0.25, 0, -1, 3, _capi.EMPTY_VARLEN, 1)
     bargs = _capi.BackwardArgs.from_buffer_copy(packed)
@@ -125,10 +158,10 @@ def _backward_args(scale=0.0, causal=0, left=-1, right=-1, varlen=_capi.EMPTY_VA
 
 
 def _forward_args(scale=0.0, causal=0, left=-1, right=-1, varlen=_capi.EMPTY_VARLEN, num_splits=0,
-                  pack_gqa=_capi.PACK_GQA_AUTO, **override):
+                  pack_gqa=_capi.PACK_GQA_AUTO, page_table=_capi.EMPTY_PAGE_TABLE, **override):
     t = _fixed_tensors(**override)
     return _capi.pack_forward(t["q"], t["k"], t["v"], t["o"], t["lse"], scale, causal, left, right, varlen,
-                              num_splits, pack_gqa)
+                              num_splits, pack_gqa, page_table)
 
 
 def test_valid_backward_arguments_get_a_workspace_size(lib):
@@ -262,3 +295,92 @@ def test_struct_size_versioning_is_honoured(lib):
     full[:8] = (1 << 40).to_bytes(8, "little")
     with pytest.raises(ValueError, match="struct_size"):
         _capi.forward(bytes(full), None)
+
+
+def test_short_forward_struct_gets_no_page_table(lib):
+    """A caller from before page_table: the bytes where it would be are not read."""
+    bad_k = dict(k=_t((B, SK, HKV, D), FP16))  # a rule the library checks on the unpaged path
+    full = bytearray(_forward_args(**bad_k, page_table=(_address(), B, 4, 1)))  # row_stride < max_pages
+    with pytest.raises(ValueError, match="page_table.row_stride is 1"):
+        _capi.forward(bytes(full), None)
+    full[:8] = _capi.ForwardArgs.page_table.offset.to_bytes(8, "little")
+    with pytest.raises(ValueError, match="k.dtype is float16"):
+        _capi.forward(bytes(full), None)
+
+
+# --- the KV-cache call -----------------------------------------------------------------------------
+
+CAPACITY, PAGE, PAGES, NEW = 256, 16, 40, 2
+
+
+def _kvcache_args(cache_seqlens=None, **fields):
+    """A valid decode step: one query per sequence, a contiguous cache, no append."""
+    t = dict(q=_t((B, 1, H, D)), k_cache=_t((B, CAPACITY, HKV, D)), v_cache=_t((B, CAPACITY, HKV, D)),
+             o=_t((B, 1, H, D)), lse=_t((B, H, 1), FP32))  # fmt: skip
+    for name in list(t):
+        if name in fields:
+            t[name] = fields.pop(name)
+    mask = {name: fields.pop(name) for name in ("softmax_scale", "causal", "window_left", "window_right")
+            if name in fields}  # fmt: skip
+    mask = {"softmax_scale": 0.0, "causal": 0, "window_left": -1, "window_right": -1, **mask}
+    seqlens = (_address(), B) if cache_seqlens is None else cache_seqlens
+    return _capi.pack_kvcache(t["q"], t["k_cache"], t["v_cache"], t["o"], t["lse"], *mask.values(),
+                              cache_seqlens=seqlens, **fields)  # fmt: skip
+
+
+def _paged():
+    return dict(k_cache=_t((PAGES, PAGE, HKV, D)), v_cache=_t((PAGES, PAGE, HKV, D)),
+                page_table=(_address(), B, CAPACITY // PAGE, 0))  # fmt: skip
+
+
+def _rotary(half=16, positions=(0, 0)):
+    cos = _t((1024, half))
+    return (*cos, *cos, 1, *positions)
+
+
+def _append():
+    return dict(k_new=_t((B, NEW, HKV, D)), v_new=_t((B, NEW, HKV, D)))
+
+
+def test_valid_kvcache_arguments_pass_validation(lib):
+    """Valid calls get a workspace size, or, without a Hopper GPU, stop at the device check."""
+    for args in (_kvcache_args(), _kvcache_args(**_paged()), _kvcache_args(**_append(), rotary=_rotary())):
+        try:
+            assert _capi.forward_kvcache_workspace_size(args) >= 0
+        except _capi.DeviceUnavailableError as e:
+            assert "Hopper" in str(e) or "sm_90" in str(e)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(cache_seqlens=(0, 0)), "cache_seqlens is missing"),
+        (dict(cache_seqlens=(_address(), B + 1)), "cache_seqlens.size is 3 but must be 2"),
+        (dict(cache_batch_idx=(_address(), 1)), "cache_batch_idx.size is 1 but must be 2"),
+        (dict(cache_leftpad=(_address(), 3)), "cache_leftpad.size is 3 but must be 2"),
+        (dict(k_cache=_t((B, CAPACITY, D))), "k_cache.rank is 3 but must be 4"),
+        (dict(v_cache=_t((B, CAPACITY + 1, HKV, D))), "v_cache.shape[1] is 257 but must be 256"),
+        (dict(k_cache=_t((B, 0, HKV, D), data=0), v_cache=_t((B, 0, HKV, D), data=0)), "capacity) is 0"),
+        (dict(_paged(), page_table=(_address(), B + 1, CAPACITY // PAGE, 0)), "page_table.batch (rows) is 3"),
+        (dict(_paged(), page_table=(_address(), B, 16, 8)), "page_table.row_stride is 8"),
+        (dict(k_new=_t((B, NEW, HKV, D))), "v_new.data is null but k_new is given"),
+        (dict(cu_seqlens_new=(_address(), B + 1)), "cu_seqlens_new is given without k_new/v_new"),
+        (dict(rotary=_rotary()), "rotary.cos is given without k_new/v_new"),
+        (dict(_append(), rotary=_rotary(half=12)), "rotary_dim (2 * rotary.cos.shape[1]) is 24"),
+        (dict(_append(), rotary=_rotary(positions=(_address(), 3))), "rotary.positions.size is 3"),
+        (dict(cu_seqlens_q=(_address(), B + 1), max_seqlen_q=1), "q.rank is 4 but must be 3"),
+        (dict(q=_t((B, 1, H, D), stride=(0, H * D, D, 1))), "q.stride[0] is 0"),
+        (dict(lse=_t((B, 1, H), FP32)), "lse.shape[1] is 1 but must be 4"),
+        (dict(causal=1, window_right=2), "mask.causal is set with mask.window_right = 2"),
+        (dict(num_splits=-1), "num_splits is -1"),
+        (dict(pack_gqa=5), "pack_gqa is 5"),
+    ],
+)
+def test_kvcache_rejects_each_wrong_field_with_the_library_message(lib, fields, message):
+    args = _kvcache_args(**fields)
+    with pytest.raises(_capi.InvalidArgumentError) as info:
+        _capi.forward_kvcache_workspace_size(args)
+    assert message in str(info.value)
+    with pytest.raises(_capi.InvalidArgumentError) as info:
+        _capi.forward_kvcache(args, 0, 0, None)  # validated first: nothing is launched, the cache untouched
+    assert message in str(info.value)

@@ -3,7 +3,9 @@ reference on upcast inputs, with the C++ suites' tolerance rule (FlashAttention-
 most 2x the error of the same computation done naively in the input's precision, plus an atol from
 that precision's rounding); causal, windows, GQA/MQA, varlen with empty sequences and seqused, odd
 sizes, strided views; determinism; torch.compile(fullgraph=True); CUDA-graph capture and replay;
-errors with CUDA tensors. Every test skips, saying why, without an sm_90 GPU."""
+errors with CUDA tensors; KV caches (contiguous and paged, appends with rotary embedding, chunked
+prefill) against the same reference on the updated cache. Every test skips, saying why, without an
+sm_90 GPU."""
 
 import math
 
@@ -257,6 +259,122 @@ def test_varlen_with_empty_sequences(with_seqused):
         check(name, g, e, n, dtype)
 
 
+# --- KV cache --------------------------------------------------------------------------------------
+
+
+def rotate(x, cos, sin, positions, interleaved):
+    """Rotary embedding of x (b, s, h, d) at positions (b, s): computed in float32, rounded once."""
+    half = cos.shape[1]
+    c, s = cos[positions].float()[:, :, None], sin[positions].float()[:, :, None]  # (b, s, 1, half)
+    x = x.float()
+    rot, rest = x[..., : 2 * half], x[..., 2 * half :]
+    if interleaved:
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+        rot = torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)
+    else:
+        x1, x2 = rot[..., :half], rot[..., half:]
+        rot = torch.cat((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1)
+    return torch.cat((rot, rest), dim=-1).to(cos.dtype)
+
+
+def to_pages(caches, page_size):
+    """Contiguous caches (b, capacity, h, d) scattered over a shuffled pool of pages (a few spare
+    ones unowned): (pages for each cache, page_table)."""
+    batch, capacity = caches[0].shape[:2]
+    max_pages = capacity // page_size
+    num_pages = batch * max_pages + 3
+    table = torch.randperm(num_pages, device=DEVICE)[: batch * max_pages].view(batch, max_pages)
+    pages = []
+    for cache in caches:
+        pool = torch.randn(num_pages, page_size, *cache.shape[2:], dtype=cache.dtype, device=DEVICE)
+        pool[table.flatten()] = cache.reshape(batch * max_pages, page_size, *cache.shape[2:])
+        pages.append(pool)
+    return pages, table.to(torch.int32)
+
+
+def from_pages(pages, table):
+    batch, max_pages = table.shape
+    return pages[table.long()].reshape(batch, max_pages * pages.shape[1], *pages.shape[2:])
+
+
+@pytest.mark.parametrize("page_size", [0, 16, 256], ids=["contiguous", "page16", "page256"])
+@pytest.mark.parametrize("rotary", [None, True, False], ids=["no_rotary", "interleaved", "neox"])
+def test_flash_attn_with_kvcache_appends_rotates_and_attends(page_size, rotary):
+    """A decode step of 3 new tokens per sequence, GQA 8/2: the cache is updated in place (new rows
+    rotated, nothing else touched) and out/lse match the reference on the updated cache. Causal
+    except with GPT-NeoX rotary, where every query sits at the first new key's position."""
+    torch.manual_seed(30 + page_size + {None: 0, True: 1, False: 2}[rotary])
+    batch, heads, heads_kv, d, capacity, new = 3, 8, 2, 128, 512, 3
+    causal = rotary is not False
+    lens = torch.tensor([0, 130, capacity - new], dtype=torch.int32, device=DEVICE)
+    k_cache, v_cache = randn(batch, capacity, heads_kv, d, grad=False), randn(batch, capacity, heads_kv, d, grad=False)
+    q = randn(batch, new, heads, d, grad=False)
+    k_new, v_new = randn(batch, new, heads_kv, d, grad=False), randn(batch, new, heads_kv, d, grad=False)
+    positions = lens[:, None].long() + torch.arange(new, device=DEVICE)  # of the new keys, (batch, new)
+    cos = sin = None
+    k_want, q_want = k_new, q
+    if rotary is not None:
+        angle = torch.rand(capacity, 32, device=DEVICE) * 2 * math.pi  # rotary_dim 64 of 128
+        cos, sin = angle.cos().to(BF16), angle.sin().to(BF16)
+        k_want = rotate(k_new, cos, sin, positions, rotary)
+        q_want = rotate(q, cos, sin, positions if causal else positions[:, :1].expand(-1, new), rotary)
+    appended = torch.zeros(batch, capacity, dtype=torch.bool, device=DEVICE)
+    for b in range(batch):
+        appended[b, positions[b]] = True
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    want_k[appended], want_v[appended] = k_want.flatten(0, 1), v_new.flatten(0, 1)
+
+    table = None
+    k_arg, v_arg = k_cache.clone(), v_cache.clone()
+    if page_size:
+        (k_arg, v_arg), table = to_pages((k_cache, v_cache), page_size)
+    out, lse = run_or_skip(hopattn.flash_attn_with_kvcache, q, k_arg, v_arg, k_new, v_new, rotary_cos=cos,
+                           rotary_sin=sin, cache_seqlens=lens, page_table=table, causal=causal,
+                           rotary_interleaved=bool(rotary), return_softmax_lse=True)  # fmt: skip
+    assert out.shape == q.shape and lse.shape == (batch, heads, new)
+
+    got_k, got_v = (from_pages(k_arg, table), from_pages(v_arg, table)) if page_size else (k_arg, v_arg)
+    assert torch.equal(got_v, want_v)
+    assert torch.equal(got_k[~appended], k_cache[~appended])  # nothing but the new rows is written
+    # The rotation is rounded once from fp32; whether it fuses a multiply-add may move the last bit.
+    torch.testing.assert_close(got_k[appended], want_k[appended], rtol=2**-7, atol=1e-5)
+
+    for b in range(batch):
+        keys = int(lens[b]) + new
+        args = (q_want[b : b + 1], want_k[b : b + 1, :keys], want_v[b : b + 1, :keys], causal)
+        exact_out, exact_lse = attention_reference(*args, upcast=True)
+        naive_out, naive_lse = attention_reference(*args, upcast=False)
+        check(f"out[{b}]", out[b : b + 1], exact_out, naive_out, BF16)
+        check(f"lse[{b}]", lse[b : b + 1], exact_lse, naive_lse, torch.float32)
+
+
+@pytest.mark.parametrize("page_size", [16, 256])
+def test_chunked_prefill_on_a_paged_cache(page_size):
+    """Varlen query chunks against keys already in a paged cache, through attention_varlen(...,
+    page_table=) and through flash_attn_with_kvcache with cu_seqlens_q (nothing appended)."""
+    torch.manual_seed(40 + page_size)
+    heads, heads_kv, d, capacity = 8, 2, 128, 768
+    lens_q, lens_k = [37, 1, 200], [300, 1, 700]  # each chunk is the last lens_q keys of its sequence
+    k_cache, v_cache = randn(3, capacity, heads_kv, d, grad=False), randn(3, capacity, heads_kv, d, grad=False)
+    (k_pages, v_pages), table = to_pages((k_cache, v_cache), page_size)
+    q = randn(sum(lens_q), heads, d, grad=False)
+    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+    used_k = torch.tensor(lens_k, dtype=torch.int32, device=DEVICE)
+    out, lse = run_or_skip(hopattn.attention_varlen, q, k_pages, v_pages, cu_q, None, max(lens_q), 0,
+                           seqused_k=used_k, page_table=table, causal=True, return_lse=True)  # fmt: skip
+    out_kv, lse_kv = hopattn.flash_attn_with_kvcache(q, k_pages, v_pages, cache_seqlens=used_k, page_table=table,
+                                                     cu_seqlens_q=cu_q, max_seqlen_q=max(lens_q), causal=True,
+                                                     return_softmax_lse=True)  # fmt: skip
+    assert out.shape == q.shape and lse.shape == (heads, q.shape[0])
+    for b, (start, lq, lk) in enumerate(zip(cu_q.tolist(), lens_q, lens_k)):
+        args = (q[None, start : start + lq], k_cache[b : b + 1, :lk], v_cache[b : b + 1, :lk], True)
+        exact_out, exact_lse = attention_reference(*args, upcast=True)
+        naive_out, naive_lse = attention_reference(*args, upcast=False)
+        for name, o, l in (("attention_varlen", out, lse), ("flash_attn_with_kvcache", out_kv, lse_kv)):
+            check(f"{name} out[{b}]", o[None, start : start + lq], exact_out, naive_out, BF16)
+            check(f"{name} lse[{b}]", l[None, :, start : start + lq], exact_lse, naive_lse, torch.float32)
+
+
 # --- determinism, compile, CUDA graphs, streams --------------------------------------------------
 
 
@@ -367,6 +485,12 @@ def test_tensors_on_another_device_than_the_current_one():
 def test_custom_ops_pass_opcheck():
     q, k = randn(2, 64, 4, 128, grad=True), randn(2, 64, 2, 128, grad=True)
     torch.library.opcheck(torch.ops.hopattn.forward.default, (q, k, k, 0.0, True, -1, -1, False, 0, -1))
+    # The KV-cache operator writes only the caches it declares (each run appends at the same rows).
+    q, cache, new = randn(2, 1, 4, 128, grad=False), randn(2, 256, 2, 128, grad=False), randn(2, 1, 2, 128, grad=False)
+    lens = torch.tensor([3, 200], dtype=torch.int32, device=DEVICE)
+    args = (q, cache, cache.clone(), new, new, None, None, lens, None, None, None, None, None, 0, None, 0.0, True,
+            -1, -1, True, 0, -1)  # fmt: skip
+    torch.library.opcheck(torch.ops.hopattn.forward_kvcache.default, args)
 
 
 # --- errors with CUDA tensors --------------------------------------------------------------------

@@ -13,7 +13,8 @@ from conftest import REPO
 
 
 def test_import_needs_no_gpu_and_exports_the_api():
-    for name in ("attention", "attention_varlen", "flash_attn_func", "flash_attn_varlen_func"):
+    for name in ("attention", "attention_varlen", "attention_with_kvcache", "flash_attn_func", "flash_attn_varlen_func",
+                 "flash_attn_with_kvcache"):
         assert callable(getattr(hopattn, name))
     assert isinstance(hopattn.__version__, str)
 
@@ -72,12 +73,14 @@ def test_without_torch_the_functions_say_so():
         "sys.modules['torch'] = None\n"
         "import hopattn\n"
         "assert not hopattn.torch_available()\n"
-        "try:\n"
-        "    hopattn.attention(None, None, None)\n"
-        "except ImportError as e:\n"
-        "    print(e)\n"
+        "for function in (hopattn.attention, hopattn.flash_attn_with_kvcache):\n"
+        "    try:\n"
+        "        function(None, None, None)\n"
+        "    except ImportError as e:\n"
+        "        print(e)\n"
     )
     result = _run_python(code)
     assert result.returncode == 0, result.stderr
     assert "hopattn.attention: PyTorch is not installed" in result.stdout
+    assert "hopattn.flash_attn_with_kvcache: PyTorch is not installed" in result.stdout
     assert ">= 2.4" in result.stdout

@@ -102,8 +102,8 @@ def cpu_memory_as_device(monkeypatch, lib):
     if torch.cuda.is_available():
         pytest.skip("needs a machine without CUDA (on a GPU the GPU tests cover this with CUDA tensors)")
 
-    def check_qkv(q, k, v):
-        for t in (q, k, v):
+    def check_tensors(q, others, ranks):
+        for t in (q, *(t for _, t in others)):
             if t.dtype not in hop_torch._DTYPE_CODES:
                 raise TypeError(t.dtype)
 
@@ -117,8 +117,8 @@ def cpu_memory_as_device(monkeypatch, lib):
         def __exit__(self, *exc):
             pass
 
-    monkeypatch.setattr(hop_torch, "_check_qkv", check_qkv)
-    monkeypatch.setattr(hop_torch, "_check_index_array", lambda name, t, device: None)
+    monkeypatch.setattr(hop_torch, "_check_tensors", check_tensors)
+    monkeypatch.setattr(hop_torch, "_check_index_array", lambda name, t, device, dims=1: None)
     monkeypatch.setattr(hop_torch, "_OnDevice", NoDevice)
 
 
@@ -220,6 +220,14 @@ def test_flash_attn_signatures_match_flash_attention_3():
     assert varlen[:9] == ["q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k",
                           "seqused_q", "seqused_k"]
     assert varlen[9:] == fixed[3:]
+    kvcache = list(inspect.signature(hopattn.flash_attn_with_kvcache).parameters)
+    assert kvcache == ["q", "k_cache", "v_cache", "k", "v", "qv", "rotary_cos", "rotary_sin", "cache_seqlens",
+                       "cache_batch_idx", "cache_leftpad", "page_table", "cu_seqlens_q", "cu_seqlens_k_new",
+                       "max_seqlen_q", "rotary_seqlens", "q_descale", "k_descale", "v_descale", "softmax_scale",
+                       "causal", "window_size", "attention_chunk", "softcap", "rotary_interleaved",
+                       "scheduler_metadata", "num_splits", "pack_gqa", "sm_margin", "return_softmax_lse"]
+    defaults = {name: p.default for name, p in inspect.signature(hopattn.flash_attn_with_kvcache).parameters.items()}
+    assert defaults["num_splits"] == 0 and defaults["rotary_interleaved"] is True and defaults["causal"] is False
 
 
 def test_eager_calls_skip_the_dispatcher_and_tracing_uses_the_ops():
@@ -234,7 +242,7 @@ def test_eager_calls_skip_the_dispatcher_and_tracing_uses_the_ops():
 
     with Passthrough():  # a dispatch mode (FlopCounterMode, make_fx, ...) must see the operators
         assert hop_torch._use_ops(plain, plain, plain)
-    for name in ("forward", "forward_varlen", "backward", "backward_varlen"):
+    for name in ("forward", "forward_varlen", "backward", "backward_varlen", "forward_kvcache"):
         assert hasattr(torch.ops.hopattn, name)
 
 
@@ -268,3 +276,157 @@ def test_custom_ops_pass_torch_library_opcheck_on_fake_tensors():
     args = (q, k, k, 0.0, True, -1, -1, False, 0, -1)
     torch.library.opcheck(torch.ops.hopattn.forward.default, args,
                           test_utils=("test_schema", "test_faketensor"))
+
+
+# --- KV cache (attention_with_kvcache, flash_attn_with_kvcache) and paged varlen ------------------
+
+
+def ints(*shape, device="meta", dtype=torch.int32):
+    return torch.empty(*shape, dtype=dtype, device=device)
+
+
+def test_kvcache_argument_errors_before_the_library():
+    q, cache, new = meta(2, 1, 8, 64), meta(2, 256, 2, 64), meta(2, 1, 2, 64)
+    with pytest.raises(ValueError, match="k is given but v is None; they come together"):
+        hopattn.attention_with_kvcache(q, cache, cache, new, cache_seqlens=3)
+    with pytest.raises(ValueError, match="rotary_sin is given but rotary_cos is None"):
+        hopattn.attention_with_kvcache(q, cache, cache, new, new, cache_seqlens=3, rotary_sin=meta(64, 16))
+    with pytest.raises(ValueError, match="cache_seqlens is None .* but k/v are given"):
+        hopattn.attention_with_kvcache(q, cache, cache, new, new)
+    with pytest.raises(TypeError, match="cache_seqlens.dtype is torch.int64 but must be torch.int32"):
+        hopattn.attention_with_kvcache(q, cache, cache, cache_seqlens=ints(2, dtype=torch.int64))
+    with pytest.raises(TypeError, match="cache_batch_idx.dtype is torch.int64"):
+        hopattn.attention_with_kvcache(q, cache, cache, cache_seqlens=3, cache_batch_idx=ints(2, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"page_table has shape \(32,\) but must be 2-D"):
+        hopattn.attention_with_kvcache(q, cache, cache, cache_seqlens=3, page_table=ints(32))
+    with pytest.raises(TypeError, match="rotary_cos.dtype is torch.float32 but must be torch.bfloat16"):
+        table = meta(64, 16, dtype=torch.float32)
+        hopattn.attention_with_kvcache(q, cache, cache, new, new, cache_seqlens=3, rotary_cos=table, rotary_sin=table)
+    with pytest.raises(TypeError, match="max_seqlen_q must be a Python int"):
+        hopattn.attention_with_kvcache(meta(5, 8, 64), cache, cache, cache_seqlens=3, cu_seqlens_q=ints(3))
+    with pytest.raises(ValueError, match="v_cache is on cpu but q is on meta"):
+        hopattn.attention_with_kvcache(q, cache, torch.empty(2, 256, 2, 64, dtype=BF16), cache_seqlens=3)
+    with pytest.raises(ValueError, match="runs on CUDA tensors"):
+        cpu = torch.empty(2, 1, 8, 64, dtype=BF16)
+        hopattn.attention_with_kvcache(cpu, cpu, cpu, cache_seqlens=torch.zeros(2, dtype=torch.int32))
+
+
+def test_kvcache_features_hopattn_lacks_are_not_implemented():
+    q, cache = meta(2, 1, 8, 64), meta(2, 256, 2, 64)
+    for option in (dict(qv=q), dict(k_descale=torch.ones(1)), dict(attention_chunk=128), dict(softcap=5.0),
+                   dict(scheduler_metadata=ints(8))):  # fmt: skip
+        with pytest.raises(NotImplementedError):
+            hopattn.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=3, **option)
+
+
+def test_kvcache_meta_shapes():
+    q, cache, new = meta(3, 2, 8, 64), meta(3, 256, 2, 64), meta(3, 2, 2, 64)
+    out, lse = hopattn.attention_with_kvcache(q, cache, cache, new, new, cache_seqlens=7, causal=True,
+                                              rotary_cos=meta(512, 16), rotary_sin=meta(512, 16), return_lse=True)
+    assert out.shape == q.shape and lse.shape == (3, 8, 2) and lse.dtype == torch.float32
+    assert hopattn.attention_with_kvcache(q, cache, cache).shape == q.shape  # full caches
+    pages, table = meta(40, 16, 2, 64), ints(3, 16)
+    qv = meta(11, 8, 64)
+    out, lse = hopattn.flash_attn_with_kvcache(qv, pages, pages, cache_seqlens=ints(3), page_table=table,
+                                               cu_seqlens_q=ints(4), max_seqlen_q=6, return_softmax_lse=True)
+    assert out.shape == qv.shape and lse.shape == (8, 11)  # (heads, total_q)
+    assert isinstance(hopattn.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=ints(3)), torch.Tensor)
+    with pytest.raises(ValueError, match=r"q.rank is 4 but must be 3: \(total_q, heads, head_dim\)"):
+        hopattn.attention_with_kvcache(q, cache, cache, cache_seqlens=1, cu_seqlens_q=ints(4), max_seqlen_q=2)
+
+
+def test_kvcache_op_declares_the_cache_mutation_and_passes_opcheck():
+    schema = torch.ops.hopattn.forward_kvcache.default._schema
+    written = {a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write}
+    assert written == {"k_cache", "v_cache"}
+    q, cache, new = meta(2, 1, 8, 64), meta(2, 256, 2, 64), meta(2, 1, 2, 64)
+    args = (q, cache, cache, new, new, meta(64, 16), meta(64, 16), ints(2), None, None, None, None, None, 0, None,
+            0.0, True, -1, -1, True, 0, -1)  # fmt: skip
+    torch.library.opcheck(torch.ops.hopattn.forward_kvcache.default, args,
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def test_kvcache_compile_fullgraph():
+    torch._dynamo.reset()
+
+    def step(q, k_cache, v_cache, k, v, lens):
+        out, lse = hopattn.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lens, causal=True,
+                                                   return_softmax_lse=True)
+        return out.float().sum() + lse.sum()
+
+    q, cache, new = meta(2, 1, 8, 64), meta(2, 256, 2, 64), meta(2, 1, 2, 64)
+    torch.compile(step, fullgraph=True, backend="aot_eager")(q, cache, cache.clone(), new, new, ints(2))
+
+
+def test_paged_varlen_checks_and_shapes():
+    q, pages, table, cu = meta(30, 8, 64), meta(40, 16, 2, 64), ints(2, 16), ints(3)
+    out, lse = hopattn.attention_varlen(q, pages, pages, cu, None, 20, 0, page_table=table, seqused_k=ints(2),
+                                        causal=True, return_lse=True)
+    assert out.shape == q.shape and lse.shape == (8, 30)
+    with pytest.raises(ValueError, match="cu_seqlens_k must be None with page_table"):
+        hopattn.attention_varlen(q, pages, pages, cu, cu, 20, 0, page_table=table)
+    with pytest.raises(TypeError, match="needs cu_seqlens_q"):
+        hopattn.attention_varlen(q, pages, pages, None, None, 20, 0, page_table=table)
+    with pytest.raises(NotImplementedError, match="forward only"):
+        hopattn.attention_varlen(meta(30, 8, 64, grad=True), pages, pages, cu, None, 20, 0, page_table=table)
+    with pytest.raises(TypeError, match="page_table.dtype is torch.int64"):
+        hopattn.attention_varlen(q, pages, pages, cu, None, 20, 0, page_table=ints(2, 16, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"k.rank is 3 but must be 4 with page_table"):
+        hopattn.attention_varlen(q, meta(640, 2, 64), meta(640, 2, 64), cu, None, 20, 0, page_table=table)
+    # The operator's page_table has a default: callers of the schema from before it are unaffected.
+    out, _ = torch.ops.hopattn.forward_varlen(q, q, q, cu, cu, None, None, 20, 20, 0.0, False, -1, -1, False, 0, -1)
+    assert out.shape == q.shape
+
+
+def test_kvcache_reaches_the_library(cpu_memory_as_device):
+    q, cache = torch.randn(2, 1, 8, 64, dtype=BF16), torch.zeros(2, 256, 2, 64, dtype=BF16)
+    new = torch.randn(2, 3, 2, 64, dtype=BF16)
+    lens = torch.tensor([5, 9], dtype=torch.int32)
+    with pytest.raises(hopattn.DeviceUnavailableError):  # valid: it stops at the device check
+        hopattn.attention_with_kvcache(q, cache, cache, new, new, cache_seqlens=lens, causal=True)
+    with pytest.raises(hopattn.DeviceUnavailableError):  # an int for every sequence, and full caches
+        hopattn.flash_attn_with_kvcache(q, cache, cache, new, new, cache_seqlens=4)
+    with pytest.raises(hopattn.DeviceUnavailableError):
+        hopattn.flash_attn_with_kvcache(q, cache, cache)
+    cos = torch.randn(512, 16, dtype=BF16)
+    with pytest.raises(hopattn.DeviceUnavailableError):
+        hopattn.flash_attn_with_kvcache(q, cache, cache, new, new, rotary_cos=cos, rotary_sin=cos, cache_seqlens=lens,
+                                        rotary_interleaved=False)
+    with pytest.raises(ValueError, match=r"heads \(8\) must be a multiple of heads_kv \(3\)"):
+        odd = torch.zeros(2, 256, 3, 64, dtype=BF16)
+        hopattn.attention_with_kvcache(q, odd, odd, cache_seqlens=lens)
+    with pytest.raises(ValueError, match="rotary.positions is given without rotary.cos/sin"):
+        hopattn.attention_with_kvcache(q, cache, cache, new, new, cache_seqlens=lens, rotary_seqlens=lens)
+    with pytest.raises(ValueError, match="cache_seqlens.size is 3 but must be 2"):
+        hopattn.attention_with_kvcache(q, cache, cache, cache_seqlens=torch.zeros(3, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"rotary_dim \(2 \* rotary.cos.shape\[1\]\) is 24"):
+        hopattn.attention_with_kvcache(q, cache, cache, new, new, cache_seqlens=lens, rotary_cos=cos[:, :12],
+                                       rotary_sin=cos[:, :12])  # fmt: skip
+    with pytest.raises(ValueError, match="page_table.batch \\(rows\\) is 3"):
+        pages = torch.zeros(40, 16, 2, 64, dtype=BF16)
+        table = torch.zeros(3, 16, dtype=torch.int32)
+        hopattn.attention_with_kvcache(q, pages, pages, cache_seqlens=lens, page_table=table)
+
+
+def test_paged_varlen_reaches_the_library(cpu_memory_as_device):
+    q, pages = torch.randn(30, 8, 64, dtype=BF16), torch.zeros(40, 16, 2, 64, dtype=BF16)
+    cu = torch.tensor([0, 10, 30], dtype=torch.int32)
+    used = torch.tensor([100, 250], dtype=torch.int32)
+    table = torch.arange(32, dtype=torch.int32).view(2, 16)
+    with pytest.raises(hopattn.DeviceUnavailableError):
+        hopattn.attention_varlen(q, pages, pages, cu, None, 20, 0, seqused_k=used, page_table=table, causal=True)
+    with pytest.raises(ValueError, match="page_table.batch \\(rows\\) is 1"):
+        hopattn.attention_varlen(q, pages, pages, cu, None, 20, 0, page_table=table[:1])
+
+
+def test_page_tables_reach_the_library_as_rows_it_can_read():
+    """Row stride 0 means max_pages to the library, so a broadcast table (every sequence on the same
+    pages) is copied, as is one whose columns are strided; a plain or row-sliced table is not."""
+    table = torch.arange(64, dtype=torch.int32).view(4, 16)
+    assert hop_torch._page_table(table) is table
+    assert hop_torch._page_table_fields(table[::2])[1:] == (2, 16, 32)
+    broadcast = hop_torch._page_table(table[:1].expand(3, 16))
+    assert broadcast.stride() == (16, 1) and torch.equal(broadcast, table[:1].expand(3, 16))
+    assert hop_torch._page_table(table.t()).is_contiguous()
+    assert hop_torch._page_table_fields(table[:1])[1:] == (1, 16, 0)  # one row: its stride is never used
+    assert hop_torch._page_table_fields(None) == (0, 0, 0, 0)

@@ -27,6 +27,39 @@ struct RowTensor {
   }
 };
 
+// Where the keys and values live when they are a KV cache's (forward only): K/V rows are the
+// cache's, and sequence b reads cache row `row(b)` (cache_batch_idx). Paged, that row is the page
+// table's and K/V are (page, row in page, head); contiguous, it is the batch index of K/V.
+// Indices read from device memory are checked where they are used: a row or page outside the
+// cache is never followed, and the sequence's query rows come out NaN.
+struct KeyCache {
+  const int32_t* page_table = nullptr;  // null: contiguous
+  int64_t page_table_stride = 0;        // elements between the table's rows
+  int page_size = 0;
+  int num_pages = 0;
+  int max_pages = 0;                    // pages a sequence can own (the table's columns)
+  int rows = 0;                         // the cache's batch rows (page table rows when paged)
+  const int32_t* batch_index = nullptr; // optional: cache row of sequence b; default b
+  // Whether the producer gathers K/V rows one by one (pages that do not line up with key blocks,
+  // or left padding inside pages) instead of taking a key block with one TMA copy.
+  bool gather = false;
+
+  HOPATTN_HOST_DEVICE bool enabled() const { return rows > 0; }
+  HOPATTN_HOST_DEVICE bool paged() const { return page_table != nullptr; }
+  // The cache row of sequence b, or -1 where batch_index names none.
+  HOPATTN_HOST_DEVICE int row(int b) const {
+    const int r = batch_index != nullptr ? batch_index[b] : b;
+    return r >= 0 && r < rows ? r : -1;
+  }
+  // The page holding position `position` (< max_pages * page_size, which fits in int) of cache
+  // row `r`, or -1 where the table names none. 32-bit division: the producer warp gathers rows
+  // with it in 24 registers, where a 64-bit one spilled.
+  HOPATTN_HOST_DEVICE int page(int r, int position) const {
+    const int p = page_table[r * page_table_stride + position / page_size];
+    return p >= 0 && p < num_pages ? p : -1;
+  }
+};
+
 struct Problem {
   DType dtype = DType::kBFloat16;
   int batch = 0;
@@ -43,8 +76,21 @@ struct Problem {
   // Forward only: ForwardArgs::num_splits (>= 0) and pack_gqa, as the caller gave them.
   int num_splits = 0;
   PackGqa pack_gqa = PackGqa::kAuto;
+  // Forward only: K/V are a KV cache's (rows of it per sequence, pages); keys.fixed_length is then
+  // the cache's capacity per sequence.
+  KeyCache key_cache;
+  // Forward only: the call's previous kernel is the KV cache's append, which writes the cache,
+  // the key counts and the rotated q. The forward (and the counters' reset ahead of it) launch
+  // overlapping it (grid_dependency.cuh) and wait for it before reading any of those.
+  bool after_append = false;
 
   HOPATTN_HOST_DEVICE bool varlen() const { return queries.varlen(); }
+  // Whether every sequence has max_seqlen_q queries and max_seqlen_k keys (tiles then all have
+  // the same key blocks). Never for a KV cache, whose lengths are read on the device.
+  HOPATTN_HOST_DEVICE bool uniform_lengths() const {
+    return !queries.varlen() && !keys.varlen() && queries.seqused == nullptr && keys.seqused == nullptr &&
+           !key_cache.enabled();
+  }
   HOPATTN_HOST_DEVICE int64_t total_q() const { return queries.total_tokens; }
   HOPATTN_HOST_DEVICE int64_t total_k() const { return keys.total_tokens; }
 };

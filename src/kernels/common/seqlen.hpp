@@ -10,6 +10,9 @@ namespace hopattn {
 struct Sequence {
   long long offset = 0;  // first token along the packed token axis (0 in fixed-length mode)
   int length = 0;        // real tokens (seqused if given)
+  // A KV cache's lengths broke its capacity (SequenceLayout::capacity_faults): nothing of the
+  // sequence is read, and its query rows come out NaN.
+  bool faulted = false;
 };
 
 // One side (queries or keys) of a batch. In fixed-length mode every sequence has `fixed_length`
@@ -21,6 +24,12 @@ struct SequenceLayout {
   const int32_t* seqused = nullptr;     // optional, batch entries
   int fixed_length = 0;
   long long total_tokens = 0;
+  // Fixed-length mode only, for the keys of a KV cache: optional, batch entries, the first real
+  // token of each sequence (left padding, FlashAttention's cache_leftpad); the sequence is
+  // [start, seqused). With capacity_faults, a seqused outside [0, fixed_length] or a start outside
+  // [0, seqused] marks the sequence faulted instead of being clamped: a cache that a caller overfilled.
+  const int32_t* start = nullptr;
+  bool capacity_faults = false;
 
   HOPATTN_HOST_DEVICE bool varlen() const { return cu_seqlens != nullptr; }
 
@@ -32,11 +41,17 @@ struct SequenceLayout {
       end = clamp(cu_seqlens[batch_index + 1]);
       if (end < begin) end = begin;
     }
+    if (capacity_faults) {
+      const long long used = seqused != nullptr ? seqused[batch_index] : end;
+      const long long first = start != nullptr ? start[batch_index] : 0;
+      if (used < 0 || used > end || first < 0 || first > used) return Sequence{0, 0, true};
+      return Sequence{first, static_cast<int>(used - first), false};
+    }
     long long length = end - begin;
     if (seqused != nullptr && seqused[batch_index] < length) {
       length = seqused[batch_index] > 0 ? seqused[batch_index] : 0;
     }
-    return Sequence{begin, static_cast<int>(length)};
+    return Sequence{begin, static_cast<int>(length), false};
   }
 
  private:

@@ -19,6 +19,14 @@ CUTE_DEVICE bool is_query(const ForwardTile& t, int row, int pack) {
   return static_cast<unsigned>(row) < static_cast<unsigned>(t.rows(pack));
 }
 
+// Two NaN elements of type Element as one 32-bit word.
+template <class Element>
+CUTE_DEVICE uint32_t nan_pattern() {
+  const Element nan = static_cast<Element>(NAN);
+  const uint16_t bits = reinterpret_cast<const uint16_t&>(nan);
+  return static_cast<uint32_t>(bits) * 0x10001u;
+}
+
 // `pack` below: the tile's rows per query (params.pack; a constant 1 where the caller knows it).
 template <class Traits>
 CUTE_DEVICE typename Traits::Element* output_row(const ForwardParams<Traits>& params, const ForwardTile& t, int row,
@@ -43,15 +51,16 @@ CUTE_DEVICE long long split_row(const ForwardParams<Traits>& params, const Forwa
 }
 
 // A piece of a split tile that saw no key: its rows' LSE is -inf, which tells the combine kernel
-// to skip their (unwritten) O. Consumer thread `thread` writes row `thread` (no loop: ptxas hoisted
-// a strided loop's bounds to the kernel's start and spilled them).
+// to skip their (unwritten) O, or NaN for a faulted KV cache sequence, which the combine kernel
+// passes on. Consumer thread `thread` writes row `thread` (no loop: ptxas hoisted a strided
+// loop's bounds to the kernel's start and spilled them).
 template <class Traits>
 CUTE_DEVICE void store_empty_split_partial(const ForwardParams<Traits>& params, const ForwardTile& t, int split,
-                                           int pack, int thread) {
+                                           int pack, float lse, int thread) {
   static_assert(Traits::kConsumerThreads >= Traits::kBlockM, "a consumer thread per tile row");
   const int row = t.first_row + thread;
   if (thread < Traits::kBlockM && is_query(t, row, pack)) {
-    __stcg(params.split_lse + split_row(params, t, split, row, pack), -INFINITY);
+    __stcg(params.split_lse + split_row(params, t, split, row, pack), lse);
   }
 }
 
@@ -81,11 +90,12 @@ CUTE_DEVICE void store_split_partial(const ForwardParams<Traits>& params, const 
   }
 }
 
-// A tile whose rows see no key at all: O = 0, LSE = -inf, nothing loaded. Written by `threads`
-// threads, `thread` being this one's index among them.
+// A tile whose rows see no key at all: O = 0, LSE = -inf, nothing loaded; with lse = NaN (a
+// faulted KV cache sequence) both are NaN. Written by `threads` threads, `thread` being this
+// one's index among them.
 template <class Traits>
-CUTE_DEVICE void store_empty_tile(const ForwardParams<Traits>& params, const ForwardTile& t, int pack, int thread,
-                                  int threads) {
+CUTE_DEVICE void store_empty_tile(const ForwardParams<Traits>& params, const ForwardTile& t, int pack, float lse,
+                                  int thread, int threads) {
   constexpr int kElementsPerChunk = 16 / sizeof(typename Traits::Element);
   constexpr int kChunksPerRow = Traits::kHeadDim / kElementsPerChunk;
   const int chunks = params.problem.head_dim / kElementsPerChunk;
@@ -93,10 +103,12 @@ CUTE_DEVICE void store_empty_tile(const ForwardParams<Traits>& params, const For
     const int row = t.first_row + i / kChunksPerRow;
     const int chunk = i % kChunksPerRow;
     if (is_query(t, row, pack) && chunk < chunks) {
-      *reinterpret_cast<uint4*>(output_row(params, t, row, pack) + chunk * kElementsPerChunk) = make_uint4(0, 0, 0, 0);
+      const uint32_t bits = lse == lse ? 0u : nan_pattern<typename Traits::Element>();
+      *reinterpret_cast<uint4*>(output_row(params, t, row, pack) + chunk * kElementsPerChunk) =
+          make_uint4(bits, bits, bits, bits);
     }
   }
-  for (int r = thread; r < Traits::kBlockM; r += threads) store_lse(params, t, t.first_row + r, -INFINITY, pack);
+  for (int r = thread; r < Traits::kBlockM; r += threads) store_lse(params, t, t.first_row + r, lse, pack);
 }
 
 template <class Traits, class AccO, class RowCoords, int kRows>

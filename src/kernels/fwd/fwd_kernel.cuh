@@ -38,7 +38,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const auto pipeline_params = tma_pipeline_params<Pipeline>(warpgroup, Traits::kKVBytes, Traits::kConsumerThreads);
   Pipeline pipeline_k(smem.pipeline_k, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
   Pipeline pipeline_v(smem.pipeline_v, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
+  // Gathered key blocks (a paged cache whose pages do not hold whole blocks) complete a stage with
+  // the producer lanes' arrivals, not with a TMA transaction (forward_producer).
+  if (Traits::kGathersKeys && params.problem.key_cache.gather && warp == 0 && cute::elect_one_sync()) {
+    for (int stage = 0; stage < Traits::kStages; ++stage) {
+      smem.pipeline_k.full_barrier_[stage].init(kGatherFullArrivals);
+      smem.pipeline_v.full_barrier_[stage].init(kGatherFullArrivals);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
   __syncthreads();  // barriers initialised before anyone waits on them
+  // After a KV cache's append, everything below may read what it writes (the cache, key counts,
+  // rotated q): only the set-up above overlaps it.
+  if (params.problem.after_append) wait_for_previous_kernel();
   // Key splits: the combine kernel behind this one may launch at once, its CTAs taking SMs as this
   // kernel's leave them, so that its launch does not wait for the last of them; it waits for this
   // kernel's completion before it reads anything (fwd_split_combine.cuh).

@@ -32,6 +32,11 @@ struct ForwardKernelTraits {
   // Whether this is the tile of packed GQA rows (forward_kernel's kPackedRows, see
   // with_forward_traits): its kernel is the packed one, the others' the plain one.
   static constexpr bool kPackedRows = std::is_same_v<Config, ForwardPackedTileConfig<kHeadDim>>;
+  // Whether the producer can gather a paged KV cache's rows (pages that do not hold whole key
+  // blocks): not in the wider unmasked tile, whose 176-key blocks split every power-of-two page
+  // and whose producer spilled with the gather's state; paged caches never take it
+  // (with_forward_traits).
+  static constexpr bool kGathersKeys = !std::is_same_v<Config, ForwardUnmaskedTileConfig<kHeadDim>>;
 
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * cutlass::NumThreadsPerWarpGroup;
@@ -100,6 +105,9 @@ struct ForwardKernelTraits {
     ForwardTile tiles[kPublishedTileSlots];          // published tiles, in turn
     ScheduledTile scheduled[kPublishedTileSlots];    // and what the schedule said of each
     cutlass::arch::ClusterBarrier scheduled_full[kPublishedTileSlots];  // its entry of `scheduled` is in
+    // Whether the producer met a page outside a paged KV cache while loading the tile: its rows
+    // are then NaN. Written before the arrivals on the tile's K/V stages, read after the last wait.
+    int page_faults[kPublishedTileSlots];
     typename Pipeline::SharedStorage pipeline_k;
     typename Pipeline::SharedStorage pipeline_v;
   };

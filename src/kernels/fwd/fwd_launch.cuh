@@ -48,7 +48,7 @@ ForwardSplitPlan forward_split_plan(const Problem& p, const DeviceLimits& device
 // split along their keys already.
 template <class Traits>
 TailSplit forward_tail_split(const Problem& p, const ForwardSplitPlan& layout, const DeviceLimits& device) {
-  if (!p.mask.unbounded() || p.varlen() || layout.split()) return TailSplit{};
+  if (!p.mask.unbounded() || !p.uniform_lengths() || layout.split()) return TailSplit{};
   const long long tiles = static_cast<long long>(forward_m_blocks(p.max_seqlen_q, layout.pack, Traits::kBlockM)) *
                           (p.heads / layout.pack) * p.batch;
   const int key_blocks = (p.max_seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
@@ -72,7 +72,7 @@ ForwardWorkspacePlan forward_workspace_plan(const Problem& p, const DeviceLimits
   plan.layout = forward_split_plan<Traits>(p, device, workspace);
   if (!workspace) return plan;
   plan.tail = forward_tail_split<Traits>(p, plan.layout, device);
-  plan.dynamic = !p.mask.unbounded() || p.varlen();
+  plan.dynamic = !p.mask.unbounded() || !p.uniform_lengths();
   return plan;
 }
 
@@ -87,6 +87,21 @@ size_t forward_workspace_bytes_for(const Problem& p, const DeviceLimits& device)
                                              plan.layout.split() ? plan.layout.splits : 0, forward_output_rows(p));
 }
 
+// The token and batch extents of K/V's TMA tensors: a KV cache's (capacity, cache rows), or
+// paged (page_size, num_pages); else those of the keys' layout.
+struct KeyTensorExtent {
+  int32_t tokens;
+  int32_t batch;
+};
+
+inline KeyTensorExtent key_tensor_extent(const Problem& p) {
+  const KeyCache& cache = p.key_cache;
+  if (cache.paged()) return KeyTensorExtent{cache.page_size, cache.num_pages};
+  if (cache.enabled()) return KeyTensorExtent{p.keys.fixed_length, cache.rows};
+  if (p.keys.varlen()) return KeyTensorExtent{static_cast<int32_t>(p.total_k()), 1};
+  return KeyTensorExtent{p.max_seqlen_k, p.batch};
+}
+
 // `workspace`: null, or forward_workspace_bytes_for() bytes.
 template <class Traits>
 ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors& t, const DeviceLimits& device,
@@ -96,21 +111,22 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   using Params = ForwardParams<Traits>;
   const bool varlen = p.varlen();
   const int32_t q_tokens = static_cast<int32_t>(varlen ? p.total_q() : p.max_seqlen_q);
-  const int32_t k_tokens = static_cast<int32_t>(varlen ? p.total_k() : p.max_seqlen_k);
   const int32_t batch = varlen ? 1 : p.batch;
+  const KeyTensorExtent keys = key_tensor_extent(p);
+  const int32_t k_tokens = keys.tokens;
   const int64_t q_span = tma_unused_stride({t.q.row_stride * q_tokens, t.q.head_stride * p.heads, 8});
   const int64_t k_span = tma_unused_stride({t.k.row_stride * k_tokens, t.k.head_stride * p.heads_kv,
                                             t.v.row_stride * k_tokens, t.v.head_stride * p.heads_kv, 8});
 
   Params params{};
   params.shape_q = make_shape(q_tokens, int32_t(p.head_dim), int32_t(p.heads), batch);
-  params.shape_k = make_shape(k_tokens, int32_t(p.head_dim), int32_t(p.heads_kv), batch);
-  params.shape_vt = make_shape(int32_t(p.head_dim), k_tokens, int32_t(p.heads_kv), batch);
+  params.shape_k = make_shape(k_tokens, int32_t(p.head_dim), int32_t(p.heads_kv), keys.batch);
+  params.shape_vt = make_shape(int32_t(p.head_dim), k_tokens, int32_t(p.heads_kv), keys.batch);
   auto vt_stride = make_stride(_1{}, tma_stride(t.v.row_stride, k_tokens, k_span),
                                tma_stride(t.v.head_stride, p.heads_kv, k_span),
-                               tma_stride(t.v.batch_stride, batch, k_span));
+                               tma_stride(t.v.batch_stride, keys.batch, k_span));
   cute::Tensor mQ = tma_tokens_tensor<Element>(t.q, q_tokens, p.head_dim, p.heads, batch, q_span);
-  cute::Tensor mK = tma_tokens_tensor<Element>(t.k, k_tokens, p.head_dim, p.heads_kv, batch, k_span);
+  cute::Tensor mK = tma_tokens_tensor<Element>(t.k, k_tokens, p.head_dim, p.heads_kv, keys.batch, k_span);
   cute::Tensor mVt = make_tensor(make_gmem_ptr(static_cast<Element const*>(t.v.data)), params.shape_vt, vt_stride);
   params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, mQ, typename Traits::SmemLayoutQ{},
                                Shape<typename Traits::BlockM, typename Traits::HeadDim>{}, _1{});
@@ -120,7 +136,13 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
                                 Shape<typename Traits::HeadDim, typename Traits::BlockN>{}, _1{});
 
   params.problem = p;
+  // A paged cache's pages that do not hold whole key blocks, or keys that start inside a page
+  // (left padding), are gathered row by row; other pages take one TMA copy per key block.
+  params.problem.key_cache.gather =
+      p.key_cache.paged() && (p.keys.start != nullptr || p.key_cache.page_size % Traits::kBlockN != 0);
   params.q = t.q;
+  params.k = t.k;
+  params.v = t.v;
   params.o = t.o;
   params.lse = t.lse;
   params.scale_log2 = p.softmax_scale * kLog2e;
@@ -182,10 +204,18 @@ cudaError_t launch_forward_grid(const Problem& problem, const ForwardParams<Trai
   // A split tail deals its keys to every CTA, also when there are fewer tiles than SMs.
   const int grid = params.scheduler.tail.enabled() ? ctas : std::min(tiles, ctas);
   // The counters serve the dynamic schedule and the split tail only: key splits alone skip their
-  // reset (a launch of a few us per decode step).
-  if (params.tile_counter != nullptr || params.scheduler.tail.enabled()) {  // zeroed first, under the forward's start
+  // reset (a launch of a few us per decode step). The forward overlaps the reset, and both a KV
+  // cache's append (Problem::after_append).
+  const bool counters = params.tile_counter != nullptr || params.scheduler.tail.enabled();
+  if (counters && problem.after_append) {
+    const cudaError_t e = launch_overlapping_previous(&reset_forward_counters_kernel<Traits>, dim3(1), dim3(32), 0,
+                                                      stream, params.workspace_counters, params.workspace_counter_count);
+    if (e != cudaSuccess) return e;
+  } else if (counters) {
     reset_forward_counters_kernel<Traits><<<1, 32, 0, stream>>>(params.workspace_counters, params.workspace_counter_count);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  if (counters || problem.after_append) {
     const cudaError_t e =
         launch_overlapping_previous(kernel, dim3(grid), dim3(Traits::kThreads), Traits::kSharedBytes, stream, params);
     if (e != cudaSuccess) return e;
@@ -210,13 +240,15 @@ cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& t
   const ForwardParams<Traits> params = make_forward_params<Traits>(problem, tensors, device, workspace);
   const int tiles = params.scheduler.total_tiles();
   if (tiles == 0) return cudaSuccess;
+  // with_forward_traits never gives a gathering problem a tile without the gather path.
+  if (params.problem.key_cache.gather && !Traits::kGathersKeys) return cudaErrorInvalidValue;
 
   return launch_forward_grid<Traits, &forward_kernel<Traits, Traits::kPackedRows>>(problem, params, device, stream);
 }
 
 // Calls f(Traits{}) with the kernel traits that launch_forward_kernel uses for `problem`: the
 // packed tile where the plan packs GQA heads (the only traits that pack), else the unmasked tile
-// where it pays, else the any-mask tile.
+// where it pays (not for paged caches), else the any-mask tile.
 template <DType kDType, int kHeadDim, class F>
 auto with_forward_traits(const Problem& problem, const DeviceLimits& device, F&& f) {
   using Element = typename CutlassElement<kDType>::type;
@@ -225,7 +257,10 @@ auto with_forward_traits(const Problem& problem, const DeviceLimits& device, F&&
   using PackedTraits = ForwardKernelTraits<Element, kHeadDim, ForwardPackedTileConfig<kHeadDim>>;
   if (forward_split_plan<PackedTraits>(problem, device, /*workspace=*/false).packed()) return f(PackedTraits{});
   if constexpr (!(AnyMask::kShape == Unmasked::kShape)) {
-    if (problem.mask.unbounded() && wider_key_blocks_pay(problem.max_seqlen_k, Unmasked::kShape.block_n)) {
+    // Not for paged caches: its 176-key blocks divide no power-of-two page, and its kernel has no
+    // gather path (ForwardKernelTraits::kGathersKeys).
+    if (problem.mask.unbounded() && !problem.key_cache.paged() &&
+        wider_key_blocks_pay(problem.max_seqlen_k, Unmasked::kShape.block_n)) {
       return f(ForwardKernelTraits<Element, kHeadDim, Unmasked>{});
     }
   }

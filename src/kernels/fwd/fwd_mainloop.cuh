@@ -114,6 +114,66 @@ CUTE_DEVICE void forward_tile_publisher(const ForwardParams<Traits>& params, typ
   }
 }
 
+// Key block n of a paged KV cache whose pages do not line up with key blocks, row by row with
+// cp.async into one stage of sK (sVt), zero-filling rows past the sequence, columns past the head
+// dim and rows whose page lies outside the cache (which also sets `fault`). The warp first looks up
+// the pages of all the block's rows (each lane those of every 32nd row, loads independent of each
+// other), then copies the rows two lanes to a row, so that a warp's 16-byte copies cover 16 whole
+// rows: one page-table latency per block and full 32-byte sectors. (The first version, a lane per
+// row that looked up its next row's page under this row's copies, waited for the table once per
+// row and read half sectors: 0.47-0.51 of the contiguous cache's TB/s at page sizes 16 and 64 on
+// the H100.) The row loop is not unrolled: unrolled, the copies of all rows spilled the producer's
+// 24 registers. `chunk_at(row, column)` is the shared memory address of a chunk.
+// The arrivals that complete a stage of gathered keys: each producer lane's, when its copies are
+// done (cp.async.mbarrier.arrive.noinc), and the leader's once every lane stored its fault flag.
+inline constexpr int kGatherFullArrivals = cutlass::NumThreadsPerWarp + 1;
+
+template <class Traits, class ChunkAt>
+CUTE_DEVICE void gather_key_block(const ForwardParams<Traits>& params, const RowTensor& src, const ForwardTile& t,
+                                  int n, ChunkAt chunk_at, int& fault) {
+  using Element = typename Traits::Element;
+  constexpr int kChunkElements = 16 / sizeof(Element);
+  constexpr int kChunksPerRow = Traits::kHeadDim / kChunkElements;
+  constexpr int kWarp = cutlass::NumThreadsPerWarp;
+  constexpr int kLanesPerRow = 2;
+  constexpr int kRowsPerPass = kWarp / kLanesPerRow;
+  constexpr int kPagesPerLane = (Traits::kBlockN + kWarp - 1) / kWarp;
+  static_assert(Traits::kBlockN % kRowsPerPass == 0 && kChunksPerRow % kLanesPerRow == 0,
+                "a pass copies whole rows");
+  constexpr int kPastTheEnd = -2;  // a row past the sequence: zeros, no fault (-1: outside the cache)
+  const KeyCache& cache = params.problem.key_cache;
+  const int lane = threadIdx.x % kWarp;
+  int pages[kPagesPerLane];
+  CUTE_UNROLL
+  for (int i = 0; i < kPagesPerLane; ++i) {
+    const int r = i * kWarp + lane;
+    const int key = n * Traits::kBlockN + r;
+    pages[i] = r < Traits::kBlockN && key < t.seqlen_k ? gathered_key_row(cache, t, key).page : kPastTheEnd;
+  }
+  // Each lane's entry i holds the pages of rows [32 i, 32 i + 32): an unrolled loop over the
+  // entries indexes them statically (a computed index put them in local memory).
+  CUTE_UNROLL
+  for (int i = 0; i < kPagesPerLane; ++i) {
+#pragma unroll 1
+    for (int first = i * kWarp; first < min((i + 1) * kWarp, Traits::kBlockN); first += kRowsPerPass) {
+      const int r = first + lane / kLanesPerRow;
+      const int page = __shfl_sync(0xffffffff, pages[i], r % kWarp);
+      fault |= page == -1;
+      const bool real = page >= 0;
+      const Element* row = static_cast<const Element*>(src.data);
+      if (real) row = src.at<const Element>(page, (t.k_offset + n * Traits::kBlockN + r) % cache.page_size, t.head_kv);
+      CUTE_UNROLL
+      for (int j = 0; j < kChunksPerRow / kLanesPerRow; ++j) {
+        const int c = j * kLanesPerRow + lane % kLanesPerRow;
+        const bool copied = real && c * kChunkElements < params.problem.head_dim;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(chunk_at(r, c * kChunkElements)),
+                     "l"(copied ? row + c * kChunkElements : row), "r"(copied ? 16 : 0)
+                     : "memory");
+      }
+    }
+  }
+}
+
 template <class Traits>
 CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem,
                                   typename Traits::Pipeline& pipeline_k, typename Traits::Pipeline& pipeline_v) {
@@ -129,6 +189,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   auto state_k = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   auto state_v = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   const bool leader = threadIdx.x == 0;
+  const bool gather = Traits::kGathersKeys && params.problem.key_cache.gather;
   const int total_tiles = params.scheduler.total_tiles();
   int round = 0;
   int slot = 0;
@@ -137,6 +198,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     smem.scheduled_full[slot].wait(scheduled_phase);
     asm volatile("" ::: "memory");  // the read of the slot stays after the wait (acquire)
     const ScheduledTile scheduled = smem.scheduled[slot];
+    const int tile_slot = slot;
     slot = next_published_tile_slot(slot);
     if (slot == 0) scheduled_phase ^= 1;
     if (scheduled.linear >= total_tiles) break;
@@ -154,26 +216,56 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     cute::Tensor gQ = local_tile(domain_offset(make_coord(t.q_offset + t.first_row, _0{}), mQ(_, _, t.head, t.batch_coord)),
                            Shape<typename Traits::BlockM, typename Traits::HeadDim>{},
                            make_coord(_0{}, _0{}));  // (M, D)
-    cute::Tensor gK = local_tile(domain_offset(make_coord(t.k_offset, _0{}), mK(_, _, t.head_kv, t.batch_coord)),
+    cute::Tensor gK = local_tile(domain_offset(make_coord(t.k_offset, _0{}, _0{}), mK(_, _, t.head_kv, _)),
                            Shape<typename Traits::BlockN, typename Traits::HeadDim>{},
-                           make_coord(_, _0{}));  // (N, D, n_blocks)
-    cute::Tensor gVt = local_tile(domain_offset(make_coord(_0{}, t.k_offset), mVt(_, _, t.head_kv, t.batch_coord)),
+                           make_coord(_, _0{}));  // (N, D, blocks, batch)
+    cute::Tensor gVt = local_tile(domain_offset(make_coord(_0{}, t.k_offset, _0{}), mVt(_, _, t.head_kv, _)),
                             Shape<typename Traits::HeadDim, typename Traits::BlockN>{},
-                            make_coord(_0{}, _));  // (D, N, n_blocks)
+                            make_coord(_0{}, _));  // (D, N, blocks, batch)
     auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
     // (source, destination) pairs; the lambdas below take them whole (C++17 cannot capture a
     // structured binding).
     const auto k_copy = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
     const auto v_copy = tma_partition(params.tma_vt, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
 
-    // One K or V^T block into the next stage of its ring.
-    auto load = [&](auto& pipeline, auto& state, auto const& tma, auto const& copies, int n) {
-      pipeline.producer_acquire(state);
-      if (leader) copy(tma.with(*pipeline.producer_get_barrier(state)), get<0>(copies)(_, n), get<1>(copies)(_, state.index()));
+    // The fault flag of this tile's slot: set before the arrivals on its stages, so that the
+    // consumers, who read it after their last wait, see it. The slot's previous tile (three
+    // back) finished its epilogue before the consumers released the tile before this one, which
+    // this warp waited for in its previous round.
+    int fault = 0;  // gathered rows: whether this lane met a page outside the cache in this tile
+    if (leader) smem.page_faults[tile_slot] = 0;
+    __syncwarp();  // before any lane's store of a fault
+    // One K or V^T block into the next stage of its ring. Gathered, each lane's arrival on the
+    // stage's full barrier comes when its cp.async copies complete (kGatherFullArrivals), and the
+    // leader's after every lane's fault store (__syncwarp) publishes the fault flag.
+    auto load = [&](auto& pipeline, auto& storage, auto& state, auto const& tma, auto const& copies, auto chunk_at,
+                    const RowTensor& rows, int n) {
+      if (gather) {
+        storage.empty_barrier_[state.index()].wait(state.phase());
+        gather_key_block<Traits>(params, rows, t, n, [&](int r, int c) { return chunk_at(r, c, state.index()); },
+                                 fault);
+        if (fault) smem.page_faults[tile_slot] = 1;
+        cutlass::arch::cpasync_barrier_arrive_noinc(
+            reinterpret_cast<uint64_t const*>(&storage.full_barrier_[state.index()]));
+        __syncwarp();
+        if (leader) storage.full_barrier_[state.index()].arrive();
+      } else {
+        const KeyBlockCoord at = key_block_coord(params.problem.key_cache, t, n, Traits::kBlockN);
+        if (at.fault && leader) smem.page_faults[tile_slot] = 1;
+        // CUTLASS's barrier asm has no memory clobber: keep the store before the arrival below.
+        asm volatile("" ::: "memory");
+        pipeline.producer_acquire(state);
+        if (leader) {
+          copy(tma.with(*pipeline.producer_get_barrier(state)), get<0>(copies)(_, at.block, at.batch),
+               get<1>(copies)(_, state.index()));
+        }
+      }
       ++state;
     };
-    auto load_k = [&](int n) { load(pipeline_k, state_k, params.tma_k, k_copy, n); };
-    auto load_v = [&](int n) { load(pipeline_v, state_v, params.tma_vt, v_copy, n); };
+    auto k_chunk = [&](int r, int c, int stage) { return cute::cast_smem_ptr_to_uint(&sK(r, c, stage)); };
+    auto v_chunk = [&](int r, int c, int stage) { return cute::cast_smem_ptr_to_uint(&sVt(c, r, stage)); };
+    auto load_k = [&](int n) { load(pipeline_k, smem.pipeline_k, state_k, params.tma_k, k_copy, k_chunk, params.k, n); };
+    auto load_v = [&](int n) { load(pipeline_v, smem.pipeline_v, state_v, params.tma_vt, v_copy, v_chunk, params.v, n); };
     load_k(t.n_blocks.end - 1);  // while the consumers may still be in the previous tile's epilogue
     wait_query_released_before<Traits>(smem, round);  // sQ holds the previous tile's Q until then
     if (params.pack > 1) {
@@ -200,6 +292,9 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   // The end marker's q_full phase takes the producer's arrival too, once the last tile is released.
   wait_query_released_before<Traits>(smem, round);
   if (leader) smem.q_full.arrive();
+  // The last gathered V block's copies may still be in flight (the consumers released the tile
+  // after its last S GEMM, before its last P V): a thread does not leave with copies pending.
+  if (gather) asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
 // Q of a tile that packs GQA heads: its rows are (query, head) pairs, strided two ways, which no
@@ -342,10 +437,12 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
     if (t.n_blocks.empty()) {  // no key to attend to: O = 0, LSE = -inf
       release_query<Traits>(smem);
       if (!t.has_rows(pack)) continue;
+      // A faulted KV cache sequence (fwd_tile.hpp) saw no key either, but its rows are NaN.
+      const float lse = published.faulted ? NAN : -INFINITY;
       if (params.scheduler.key_splits > 1) {
-        store_empty_split_partial<Traits>(params, t, key_split_of(params, smem.scheduled[slot]), pack, thread);
+        store_empty_split_partial<Traits>(params, t, key_split_of(params, smem.scheduled[slot]), pack, lse, thread);
       } else {
-        store_empty_tile<Traits>(params, t, pack, thread, Traits::kConsumerThreads);
+        store_empty_tile<Traits>(params, t, pack, lse, thread, Traits::kConsumerThreads);
       }
       continue;
     }
@@ -404,6 +501,10 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
     warpgroup_wait<0>();
     pipeline_v.consumer_release(state_v);
     ++state_v;
+    if (params.problem.key_cache.paged() && smem.page_faults[slot]) {  // after the tile's last wait
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) inv_sum[r] = lse[r] = NAN;
+    }
 
     scale_rows(tOrO, inv_sum);
     asm volatile("" ::: "memory");  // read the published tile here, not before the loop

@@ -15,7 +15,8 @@ template <class Traits>
 struct ForwardParams {
   using Element = typename Traits::Element;
   // Q, K: (tokens, head_dim, heads, batch); V^T: (head_dim, tokens, heads, batch). In varlen mode
-  // tokens is the packed axis and batch has extent 1.
+  // tokens is the packed axis and batch has extent 1. A KV cache's K/V: (capacity, ..., cache
+  // rows), or paged (page_size, ..., num_pages) (see key_tensor_extent).
   using ShapeTokens = TmaTokensShape;
   using StrideTokens = TmaTokensStride;
   using StrideTransposed = cute::Stride<cute::_1, int64_t, int64_t, int64_t>;
@@ -45,6 +46,8 @@ struct ForwardParams {
 
   Problem problem;
   RowTensor q;  // read directly (not through tma_q) where a tile packs GQA heads
+  RowTensor k;  // and K, V where a paged KV cache's rows are gathered (problem.key_cache.gather)
+  RowTensor v;
   RowTensor o;
   RowTensor lse;       // lse.data may be null
   float scale_log2;    // softmax_scale * log2(e)

@@ -103,7 +103,8 @@ __global__ void __launch_bounds__(SplitCombineShape<Traits>::kThreads)
       CUTE_UNROLL
       for (int c = 0; c < kColumns; ++c) {
         const float v = __ldcg(o + 32 * c);
-        if (weight > 0.f) acc[r][c] = fmaf(weight, v, acc[r][c]);
+        // Not `weight > 0`: a faulted KV cache piece (LSE NaN) must make the row NaN.
+        if (weight != 0.f) acc[r][c] = fmaf(weight, v, acc[r][c]);
       }
     }
   }

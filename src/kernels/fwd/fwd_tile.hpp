@@ -17,14 +17,17 @@ struct ForwardTile {
   int first_row;  // row of the tile's row 0: m_block * kBlockM - query_block_pad (may be < 0)
   int head;       // the tile's (first) query head
   int head_kv;
-  int batch_coord;  // batch index of the TMA tensors (0 in varlen mode, where offsets locate sequences)
+  int batch_coord;  // batch index of Q's TMA tensor (0 in varlen mode, where offsets locate sequences)
+  int kv_batch;     // of K/V's: the same, or a KV cache's row (of the page table when paged)
   int batch;
   int q_offset;     // first token of the sequence along the packed axis (0 in fixed-length mode)
-  int k_offset;
+  int k_offset;     // first key along K/V's token axis (a KV cache's left padding)
   int seqlen_q;
   int seqlen_k;
   BlockRange n_blocks;  // key blocks to visit, all of them from n_blocks.end - 1 down
   BlockRange unmasked;  // the ones among them that need no mask
+  // A KV cache's lengths or row index broke the cache's bounds: no key is read and the rows are NaN.
+  bool faulted;
 
   HOPATTN_HOST_DEVICE int rows(int pack) const { return seqlen_q * pack; }
   HOPATTN_HOST_DEVICE bool has_rows(int pack) const { return first_row < rows(pack); }
@@ -41,6 +44,36 @@ struct ForwardTile {
   HOPATTN_HOST_DEVICE bool is_end_marker() const { return head < 0; }
 };
 
+// Where key block n of tile t lies in K/V's TMA tensors: (block along the token axis after the
+// tile's k_offset, batch coordinate). Contiguous K/V: block n of the tile's batch (or cache) row.
+// A paged KV cache whose pages hold whole key blocks (page_size a multiple of block_n, no left
+// padding): block n % (page_size / block_n) of the page the table names. A page outside the cache
+// is a fault, and the coordinate points past the tensor, where TMA reads nothing and fills zeros.
+struct KeyBlockCoord {
+  int block;
+  int batch;
+  bool fault;
+};
+
+HOPATTN_HOST_DEVICE KeyBlockCoord key_block_coord(const KeyCache& cache, const ForwardTile& t, int n, int block_n) {
+  if (!cache.paged()) return KeyBlockCoord{n, t.kv_batch, false};
+  const int page = cache.page(t.kv_batch, n * block_n);
+  if (page < 0) return KeyBlockCoord{0, cache.num_pages, true};
+  return KeyBlockCoord{n % (cache.page_size / block_n), page, false};
+}
+
+// Where key `key` of tile t lies in a paged cache whose rows are gathered one by one: its page
+// (-1: outside the cache) and row in the page.
+struct GatheredKeyRow {
+  int page;
+  int row;
+};
+
+HOPATTN_HOST_DEVICE GatheredKeyRow gathered_key_row(const KeyCache& cache, const ForwardTile& t, int key) {
+  const int position = t.k_offset + key;  // below the sequence's end, at most the capacity
+  return GatheredKeyRow{cache.page(t.kv_batch, position), position % cache.page_size};
+}
+
 // The tile that `s` schedules, for tiles of block_m rows and key blocks of block_n keys, `pack`
 // rows per query (fwd_split_plan.hpp).
 HOPATTN_HOST_DEVICE ForwardTile forward_tile(const Problem& p, const TileScheduler& scheduler, int pack, int block_m,
@@ -56,12 +89,14 @@ HOPATTN_HOST_DEVICE ForwardTile forward_tile(const Problem& p, const TileSchedul
   t.head_kv = pack == 1 ? w.head / (p.heads / p.heads_kv) : w.head;
   t.batch = w.batch;
   t.batch_coord = p.varlen() ? 0 : w.batch;
+  t.kv_batch = p.key_cache.enabled() ? p.key_cache.row(w.batch) : (p.keys.varlen() ? 0 : w.batch);
+  t.faulted = k.faulted || t.kv_batch < 0;
   t.q_offset = static_cast<int>(q.offset);
   t.k_offset = static_cast<int>(k.offset);
   t.seqlen_q = q.length;
-  t.seqlen_k = k.length;
-  t.n_blocks = n_block_range(p.mask, w.m_block, block_m, block_n, q.length, k.length, pad, pack);
-  t.unmasked = n_block_range_unmasked(p.mask, w.m_block, block_m, block_n, q.length, k.length, pad, pack);
+  t.seqlen_k = t.faulted ? 0 : k.length;
+  t.n_blocks = n_block_range(p.mask, w.m_block, block_m, block_n, q.length, t.seqlen_k, pad, pack);
+  t.unmasked = n_block_range_unmasked(p.mask, w.m_block, block_m, block_n, q.length, t.seqlen_k, pad, pack);
   if (scheduler.key_splits > 1) {  // this piece's share of the visible blocks
     const BlockRange piece = key_split_piece(t.n_blocks, w.split, scheduler.key_splits);
     t.n_blocks = piece;

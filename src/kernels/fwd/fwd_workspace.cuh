@@ -79,11 +79,14 @@ struct ForwardWorkspace {
 };
 
 // Zeroes the workspace's counters, letting the forward kernel start at once (see above). A
-// template like the kernel it serves, so that each instantiation unit has its own.
+// template like the kernel it serves, so that each instantiation unit has its own. Launched
+// overlapping a KV cache's append (Problem::after_append), it ends by waiting for it, so that
+// the forward's wait for this kernel covers the append too (no-op otherwise).
 template <class Traits>
 __global__ void __launch_bounds__(32) reset_forward_counters_kernel(int32_t* counters, int count) {
   allow_next_kernel_to_start();
   for (int i = threadIdx.x; i < count; i += blockDim.x) counters[i] = 0;
+  wait_for_previous_kernel();
 }
 
 }  // namespace hopattn
