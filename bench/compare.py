@@ -13,16 +13,22 @@ importable. Problems: the standard sweep of docs/benchmarking.md (16k tokens, hi
 512..16k, head dim 64/96/128/192/256, causal and not) plus GQA rows (d128, 16k tokens, query / KV
 heads 64/8, 32/4 and 32/1) and varlen rows (16 heads, d128, random lengths in [seqlen/2, 3*seqlen/2] adding up to
 16k tokens, seqlen <= 8k), forward and backward, bf16 and fp16, and deterministic backward rows for
-the implementations that have one (hopattn, FA3, FA4). Forward and backward are timed with autograd
-on (inputs require grad), the backward as torch.autograd.grad of one retained forward output, GPU
-time only (bench/gpu_timing.py). Before timing, every output
+the implementations that have one (hopattn, FA3, FA4). `--window LEFT` adds each causal problem
+with the sliding window (LEFT, 0) (hopattn, FA3, FA4), `--sinks` each problem with attention sinks
+(hopattn and FA4), `--softcap VALUE` each problem with the scores capped at VALUE (hopattn, FA3,
+FA4); the copies combine (docs/benchmarking.md). Forward and backward are timed with autograd on
+(inputs require grad), the backward as torch.autograd.grad of one retained forward output (with
+sinks, also their gradient), GPU time only (bench/gpu_timing.py). Before timing, every output
 (hopattn's and each peer's) is checked with FA3's rule against a float64 reference on one batch
-element and one KV-head group of the same tensors: error <= 2 * the naive low-precision error +
-atol. A hopattn mismatch is reported and not timed. The JSON follows docs/benchmarking.md.
+element and one KV-head group of the same tensors (with the window, the sinks and the cap of the
+problem): error <= 2 * the naive low-precision error + atol; the sinks' gradient over the whole
+batch. A hopattn mismatch is reported and not timed. The JSON follows docs/benchmarking.md.
 
 `report` reads JSON files of one run (e.g. hopattn-bench --json plus bench/peers_sdpa.py --json, or
 one file of `run`) and writes NAME.md (TFLOP/s per implementation and hopattn/peer ratios per row,
-geomean per panel) and NAME-<direction>-<dtype>[-gqaH-HKV|-varlen].png plots in the style of the
+geomean per panel; with sink rows, hopattn with / without sinks per problem; with softcap rows,
+hopattn with / without the cap per problem) and
+NAME-<direction>-<dtype>[-gqaH-HKV|-varlen][-windowL_R][-sinks][-softcapC].png plots in the style of the
 FlashAttention papers (grouped bars per seqlen, one panel per head dim x causal).
 
 `decode` (bench/decode.py) times decode attention, a few query rows against a long KV cache
@@ -35,6 +41,7 @@ Nothing here imports torch or matplotlib at module level: the report part runs o
 with matplotlib, and the module imports anywhere.
 """
 import argparse
+import copy
 import json
 import functools
 import math
@@ -69,6 +76,18 @@ VARLEN_HEADS, VARLEN_HDIM = 16, 128
 # Report part (no GPU, no torch)
 # --------------------------------------------------------------------------------------------
 
+# Fields that rows written before they existed lack, with what such rows mean by leaving them out
+# (hdim_v, also absent there, is hdim).
+ROW_DEFAULTS = {"window_left": -1, "window_right": -1, "softcap": 0, "sinks": False}
+
+
+def field(row, name):
+    """A row's field, or its default for result files written before the field existed."""
+    if name == "hdim_v":
+        return row.get("hdim_v", row["hdim"])
+    return row.get(name, ROW_DEFAULTS[name])
+
+
 def kind_of(row):
     """'varlen', 'gqa H/HKV' or '' (plain multi-head attention)."""
     if row.get("varlen"):
@@ -78,17 +97,41 @@ def kind_of(row):
 
 
 def row_key(row):
-    """Identity of a problem: rows of different impls with equal keys were timed on the same problem."""
+    """Identity of a problem: rows of different impls with equal keys were timed on the same problem.
+    The fields added later (hdim_v, softcap, sinks) come last, so that the positions of the others
+    stay what bench/ab_table.py reads."""
     return (row["direction"], bool(row.get("deterministic", False)), row["dtype"], kind_of(row), row["hdim"],
-            bool(row["causal"]), row.get("window_left", -1), row.get("window_right", -1), row["batch"],
+            bool(row["causal"]), field(row, "window_left"), field(row, "window_right"), row["batch"],
             row["heads"], row.get("heads_kv", row["heads"]), row["seqlen_q"], row["seqlen_k"],
-            row.get("total_q"), row.get("total_k"))
+            row.get("total_q"), row.get("total_k"), field(row, "hdim_v"), field(row, "softcap"),
+            bool(field(row, "sinks")))
+
+
+def without_sinks(key):
+    """The key of the same problem without attention sinks."""
+    return key[:17] + (False,)
+
+
+def without_softcap(key):
+    """The key of the same problem without the score cap (softcap 0)."""
+    return key[:16] + (0,) + key[17:]
 
 
 def panel_of(key):
-    """(direction label, dtype, kind, hdim, causal, window) of a row key: one plot panel."""
+    """(direction label, dtype, kind, hdim, causal, window, sinks, softcap) of a row key: one plot
+    panel. The softcap comes last, so that code reading the first seven fields keeps working."""
     direction, det, dtype, kind, hdim, causal, wl, wr = key[:8]
-    return (direction + (" det" if det else ""), dtype, kind, hdim, causal, (wl, wr))
+    return (direction + (" det" if det else ""), dtype, kind, hdim, causal, (wl, wr), key[17], key[16])
+
+
+def softcap_text(softcap):
+    """A cap as the labels write it: 30 for 30.0, 12.5 for 12.5."""
+    return f"{float(softcap):g}"
+
+
+def _panel_softcap(panel):
+    """The softcap of a panel tuple; 0 for the seven-field panels of callers from before it."""
+    return panel[7] if len(panel) > 7 else 0
 
 
 def load_rows(paths):
@@ -121,21 +164,31 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
+def mask_label(causal, window):
+    """'causal' or 'non-causal', with the window when it is bounded."""
+    label = "causal" if causal else "non-causal"
+    return label + (f" window ({window[0]},{window[1]})" if window != (-1, -1) else "")
+
+
 def panel_label(panel):
-    direction, dtype, kind, hdim, causal, (wl, wr) = panel
-    parts = [direction, dtype]
-    if kind:
-        parts.append(kind)
-    parts.append(f"d{hdim}")
-    parts.append("causal" if causal else "non-causal")
-    if (wl, wr) != (-1, -1):
-        parts.append(f"window ({wl},{wr})")
-    return " ".join(parts)
+    direction, dtype, kind, hdim, causal, window, sinks = panel[:7]
+    softcap = _panel_softcap(panel)
+    parts = [direction, dtype] + ([kind] if kind else []) + [f"d{hdim}", mask_label(causal, window)]
+    return " ".join(parts + (["sinks"] if sinks else []) + ([f"softcap {softcap_text(softcap)}"] if softcap else []))
 
 
 def sort_key(key):
     direction, det, dtype, kind, hdim, causal = key[:6]
     return ({"fwd": 0, "bwd": 1}.get(direction, 2), det, dtype, kind, hdim, causal, key[6:8], key[11], key[8:])
+
+
+def problem_cells(key, row):
+    """The cells that name a problem in the tables: dir, dtype, kind, d, causal, batch x seqlen."""
+    direction, dtype, kind, hdim, causal, window, sinks, softcap = panel_of(key)
+    mask = ("yes" if causal else "no") + (f", window ({window[0]},{window[1]})" if window != (-1, -1) else "")
+    shape = f"{row['batch']} x {row['seqlen_q']}" + (" (varlen)" if row.get("varlen") else "")
+    kind = (kind or "mha") + (" sinks" if sinks else "") + (f" softcap {softcap_text(softcap)}" if softcap else "")
+    return [direction, dtype, kind, str(hdim), mask, shape]
 
 
 def markdown_table(by_key, peers=None, long_from=2048):
@@ -156,9 +209,7 @@ def markdown_table(by_key, peers=None, long_from=2048):
         panel = panel_of(key)
         ours = impl_rows["hopattn"]
         seqlen = ours["seqlen_q"]
-        shape = f"{ours['batch']} x {seqlen}" + (" (varlen)" if ours.get("varlen") else "")
-        cells = [panel[0], panel[1], panel[2] or "mha", str(panel[3]), "yes" if panel[4] else "no", shape,
-                 f"{ours['tflops']:.0f}"]
+        cells = problem_cells(key, ours) + [f"{ours['tflops']:.0f}"]
         cells += [f"{impl_rows[p]['tflops']:.0f}" if p in impl_rows else "" for p in peers]
         for p in peers:
             if p in impl_rows and impl_rows[p]["tflops"] > 0:
@@ -183,6 +234,101 @@ def markdown_table(by_key, peers=None, long_from=2048):
     return "\n".join(lines) + "\n"
 
 
+def sinks_table(by_key):
+    """Markdown for the attention-sinks bar ('' when no row has sinks): per problem timed with sinks,
+    hopattn's TFLOP/s without and with them and the ratio sinks / no sinks (both rows of one run, on
+    the same q, k, v and dout), the same ratio for each peer that took the sinks; then per panel and
+    per direction the geomean and the least of hopattn's ratios. The FLOPs do not count the sink, so
+    the ratio is time without / time with sinks."""
+    impls = ordered_impls(i for key, v in by_key.items() if key[17] for i in v)
+    peers = [i for i in impls if i != "hopattn"]
+    header = (["dir", "dtype", "kind", "d", "causal", "batch x seqlen", "hopattn", "hopattn sinks", "sinks / no sinks"]
+              + [f"{p} sinks / no sinks" for p in peers])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    ratios = defaultdict(list)  # panel without sinks -> [hopattn sinks / no sinks]
+    for key in sorted(by_key, key=sort_key):
+        plain = by_key.get(without_sinks(key), {})
+        with_sinks = by_key[key]
+        if not key[17] or "hopattn" not in with_sinks or "hopattn" not in plain:
+            continue
+        ours = with_sinks["hopattn"]["tflops"] / plain["hopattn"]["tflops"]
+        panel = panel_of(key)
+        ratios[panel[:6] + (False,) + panel[7:]].append(ours)
+        cells = problem_cells(without_sinks(key), plain["hopattn"])
+        cells += [f"{plain['hopattn']['tflops']:.0f}", f"{with_sinks['hopattn']['tflops']:.0f}", f"{ours:.3f}"]
+        cells += [f"{with_sinks[p]['tflops'] / plain[p]['tflops']:.3f}" if p in with_sinks and p in plain else ""
+                  for p in peers]
+        lines.append("| " + " | ".join(cells) + " |")
+    if not ratios:
+        return ""
+    lines += ["", "| panel | rows | geomean hopattn sinks / no sinks | min |", "|---|---|---|---|"]
+    directions = defaultdict(list)
+    for panel in sorted(ratios, key=lambda p: ({"fwd": 0}.get(p[0], 1), p[0], p[1:])):
+        values = ratios[panel]
+        directions[panel[0]] += values
+        lines.append(f"| {panel_label(panel)} | {len(values)} | {geomean(values):.3f} | {min(values):.3f} |")
+    for direction, values in sorted(directions.items(), key=lambda d: ({"fwd": 0}.get(d[0], 1), d[0])):
+        lines.append(f"| {direction}, every panel | {len(values)} | {geomean(values):.3f} | {min(values):.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _passed(row):
+    """Whether a timed row passed its check (or ran without one): a peer's row is timed even when its
+    check failed, and a ratio from such a row says nothing about the cap."""
+    return not str(row.get("check", "pass")).startswith(("FAIL", "error"))
+
+
+def softcap_table(by_key):
+    """Markdown for the softcap bar ('' when no row has a softcap): per problem timed with a softcap,
+    hopattn's TFLOP/s without and with it and the ratio softcap / no softcap (both rows of one run, on
+    the same q, k, v and dout; with sinks or a window, the same problem with them and without the
+    cap), the same ratio for each peer that took the cap ('check failed' where either of its rows
+    failed the check); then per panel and per direction the geomean and the least of hopattn's
+    ratios. The FLOPs do not count the cap, so the ratio is time without / time with the cap."""
+    impls = ordered_impls(i for key, v in by_key.items() if key[16] for i in v)
+    peers = [i for i in impls if i != "hopattn"]
+    header = (["dir", "dtype", "kind", "d", "causal", "batch x seqlen", "softcap", "hopattn", "hopattn softcap",
+               "softcap / no softcap"] + [f"{p} softcap / no softcap" for p in peers])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    ratios = defaultdict(list)  # (panel without the cap, softcap) -> [hopattn softcap / no softcap]
+    for key in sorted(by_key, key=sort_key):
+        plain = by_key.get(without_softcap(key), {})
+        capped = by_key[key]
+        if not key[16] or "hopattn" not in capped or "hopattn" not in plain:
+            continue
+        ours = capped["hopattn"]["tflops"] / plain["hopattn"]["tflops"]
+        ratios[(panel_of(without_softcap(key)), key[16])].append(ours)
+        cells = problem_cells(without_softcap(key), plain["hopattn"]) + [softcap_text(key[16])]
+        cells += [f"{plain['hopattn']['tflops']:.0f}", f"{capped['hopattn']['tflops']:.0f}", f"{ours:.3f}"]
+        for p in peers:
+            if p not in capped or p not in plain:
+                cells.append("")
+            elif not (_passed(capped[p]) and _passed(plain[p])):
+                cells.append("check failed")
+            else:
+                cells.append(f"{capped[p]['tflops'] / plain[p]['tflops']:.3f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    if not ratios:
+        return ""
+    lines += ["", "| panel | softcap | rows | geomean hopattn softcap / no softcap | min |", "|---|---|---|---|---|"]
+    directions = defaultdict(list)
+
+    def order(item):
+        panel, softcap = item
+        return ({"fwd": 0}.get(panel[0], 1), panel[0], panel[1:], softcap)
+
+    for panel, softcap in sorted(ratios, key=order):
+        values = ratios[(panel, softcap)]
+        directions[(panel[0], softcap)] += values
+        lines.append(f"| {panel_label(panel)} | {softcap_text(softcap)} | {len(values)} | {geomean(values):.3f} | "
+                     f"{min(values):.3f} |")
+    for (direction, softcap), values in sorted(directions.items(),
+                                               key=lambda d: ({"fwd": 0}.get(d[0][0], 1), d[0][0], d[0][1])):
+        lines.append(f"| {direction}, every panel | {softcap_text(softcap)} | {len(values)} | "
+                     f"{geomean(values):.3f} | {min(values):.3f} |")
+    return "\n".join(lines) + "\n"
+
+
 def env_lines(envs):
     """Markdown bullet lines describing the environment of each input file."""
     lines = []
@@ -198,22 +344,30 @@ def env_lines(envs):
 
 
 def figure_groups(by_key):
-    """{(direction label, dtype, kind, window): {(hdim, causal): {seqlen: {impl: tflops}}}}."""
+    """{(direction label, dtype, kind, window, sinks, softcap): {(hdim, causal): {seqlen: {impl: tflops}}}}."""
     groups = defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
     for key, impl_rows in by_key.items():
-        direction, dtype, kind, hdim, causal, window = panel_of(key)
+        direction, dtype, kind, hdim, causal, window, sinks, softcap = panel_of(key)
+        group = groups[(direction, dtype, kind, window, sinks, softcap)]
         for impl, row in impl_rows.items():
-            groups[(direction, dtype, kind, window)][(hdim, causal)][row["seqlen_q"]][impl] = row["tflops"]
+            group[(hdim, causal)][row["seqlen_q"]][impl] = row["tflops"]
     return groups
 
 
 def figure_name(name, group):
-    direction, dtype, kind, (wl, wr) = group
+    """NAME-<direction>-<dtype>[-kind][-windowL_R][-sinks][-softcapC].png; group as figure_groups
+    makes it (a group without the softcap field, from before it, reads as softcap 0)."""
+    direction, dtype, kind, (wl, wr), sinks = group[:5]
+    softcap = group[5] if len(group) > 5 else 0
     parts = [name, direction.replace(" ", "-"), dtype]
     if kind:  # 'varlen', or 'gqa64-8' for 'gqa 64/8'
         parts.append(kind.replace(" ", "").replace("/", "-"))
     if (wl, wr) != (-1, -1):
         parts.append(f"window{wl}_{wr}")
+    if sinks:
+        parts.append("sinks")
+    if softcap:
+        parts.append(f"softcap{softcap_text(softcap)}")
     return "-".join(parts) + ".png"
 
 
@@ -260,12 +414,17 @@ def plot_group(path, title, panels, dpi=100):
 
 
 def group_title(group, envs):
-    direction, dtype, kind, (wl, wr) = group
+    direction, dtype, kind, (wl, wr), sinks = group[:5]
+    softcap = group[5] if len(group) > 5 else 0
     gpu = next((e.get("gpu") for e in envs if e.get("gpu")), "GPU ?")
     what = {"fwd": "forward", "bwd": "backward", "bwd det": "deterministic backward"}.get(direction, direction)
     extra = f", {kind}" if kind else ""
     if (wl, wr) != (-1, -1):
         extra += f", window ({wl},{wr})"
+    if sinks:
+        extra += ", attention sinks"
+    if softcap:
+        extra += f", softcap {softcap_text(softcap)}"
     return f"Attention {what} speed, {dtype}{extra}, {gpu}"
 
 
@@ -290,14 +449,33 @@ def write_report(paths, out_dir, name="report", peers=None, plots=True, long_fro
            + (f" --peers {','.join(peers)}" if peers else "") + "`" + (" with this paragraph as --note" if note else ""), ""]
     md += env_lines(envs)
     md += ["", "TFLOP/s = FLOPs / median time (forward 4 * batch * heads * seqlen_q * seqlen_k * head dim, halved "
-               "for causal; backward 2.5x); ratios are hopattn / peer from the same run.", ""]
+               "for causal, the visible query-key pairs counted exactly with a window; backward 2.5x); ratios are "
+               "hopattn / peer from the same run.", ""]
     md += [f"![{p.stem}]({p.name})" for p in pngs]
     md += ["", markdown_table(by_key, peers=peers, long_from=long_from)]
+    sinks = sinks_table(by_key)
+    if sinks:
+        md += ["## Attention sinks", "", "Each problem timed with attention sinks (`learnable_sink`, one logit per "
+               "query head) beside the same problem without them in the same run: TFLOP/s and sinks / no sinks.", "",
+               sinks]
+    softcap = softcap_table(by_key)
+    if softcap:
+        md += ["## Softcap", "", "Each problem timed with its scores capped (`softcap`, S = softcap * tanh(scale * "
+               "q.k / softcap)) beside the same problem without the cap in the same run: TFLOP/s and softcap / no "
+               "softcap (a peer's ratio only where both of its rows passed the check).", ""]
+        missing = [r for r in rows if r["impl"] == "hopattn" and field(r, "softcap") and r.get("tflops") is None]
+        if missing:
+            md += [f"**{len(missing)} hopattn softcap row(s) not timed** (check failed or error, listed below): "
+                   "their problems have no ratio here.", ""]
+        md.append(softcap)
     untimed = [r for r in rows if r.get("tflops") is None]
     if untimed:
         md += ["Not timed (check failed or error):", ""]
         md += [f"- {r['impl']} {r['direction']}{' det' if r.get('deterministic') else ''} {r['dtype']} d{r['hdim']} "
-               f"{'causal' if r['causal'] else 'non-causal'} {r['batch']} x {r['seqlen_q']} h{r['heads']}/"
+               f"{mask_label(r['causal'], (field(r, 'window_left'), field(r, 'window_right')))}"
+               f"{' sinks' if field(r, 'sinks') else ''}"
+               f"{' softcap ' + softcap_text(field(r, 'softcap')) if field(r, 'softcap') else ''}"
+               f" {r['batch']} x {r['seqlen_q']} h{r['heads']}/"
                f"{r.get('heads_kv', r['heads'])}{' varlen' if r.get('varlen') else ''}: {r.get('check', '?')}"
                for r in untimed]
         md.append("")
@@ -328,13 +506,33 @@ def report_main(argv):
 # Timing part (PyTorch, a Hopper GPU, the hopattn package)
 # --------------------------------------------------------------------------------------------
 
-class Problem:
-    """One attention problem. Fixed length: q (batch, seqlen, heads, hdim). Varlen: lengths, packed."""
+def visible_pairs(seqlen, causal, window):
+    """Query-key pairs a square (seqlen_q == seqlen_k) problem attends to: query i sees keys j with
+    i - left <= j <= i + right, causal being right = 0 and -1 an unbounded side (docs/semantics.md)."""
+    left, right = window
+    if causal:
+        right = 0
+    left, right = (seqlen if left < 0 else left), (seqlen if right < 0 else right)
+    return sum(min(seqlen - 1, i + right) - max(0, i - left) + 1 for i in range(seqlen))
 
-    def __init__(self, dtype, hdim, causal, batch, seqlen, heads, heads_kv, lengths=None):
+
+class Problem:
+    """One attention problem. Fixed length: q (batch, seqlen, heads, hdim). Varlen: lengths, packed.
+    window: hopattn's window_size, (left, right) with -1 unbounded; sinks: with learnable_sink;
+    softcap: the score cap (0: none), S = softcap * tanh(scale * q.k / softcap)."""
+
+    def __init__(self, dtype, hdim, causal, batch, seqlen, heads, heads_kv, lengths=None, window=(-1, -1),
+                 sinks=False, softcap=0):
         self.dtype, self.hdim, self.causal = dtype, hdim, causal
         self.batch, self.seqlen, self.heads, self.heads_kv = batch, seqlen, heads, heads_kv
         self.lengths = lengths  # varlen: per-sequence lengths (seqlen_q == seqlen_k), seqlen = nominal mean
+        self.window, self.sinks, self.softcap = tuple(window), sinks, softcap
+
+    def variant(self, **changes):
+        """A copy with some attributes changed: the same problem with a window, sinks or a softcap."""
+        other = copy.copy(self)
+        other.__dict__.update(changes)
+        return other
 
     @property
     def varlen(self):
@@ -346,14 +544,21 @@ class Problem:
         return (self.dtype, kind, self.hdim, self.causal)
 
     def fwd_flops(self):
+        """4 * heads * hdim per visible query-key pair: plain causal counts half the square (the
+        FlashAttention convention), a window its pairs exactly (as hopattn-bench does). The sinks'
+        few operations per row and the cap's tanh per score are not counted."""
         lens = self.lengths if self.varlen else [self.seqlen] * self.batch
-        return sum(4 * self.heads * s * s * self.hdim for s in lens) / (2 if self.causal else 1)
+        if self.window == (-1, -1):
+            return sum(4 * self.heads * s * s * self.hdim for s in lens) / (2 if self.causal else 1)
+        return sum(4 * self.heads * visible_pairs(s, self.causal, self.window) * self.hdim for s in lens)
 
     def row(self, impl, direction, deterministic, ms, **extra):
         flops = self.fwd_flops() * (2.5 if direction == "bwd" else 1.0)
-        row = {"impl": impl, "direction": direction, "dtype": self.dtype, "hdim": self.hdim, "causal": self.causal,
-               "window_left": -1, "window_right": -1, "batch": self.batch, "heads": self.heads,
-               "heads_kv": self.heads_kv, "seqlen_q": self.seqlen, "seqlen_k": self.seqlen, "varlen": self.varlen,
+        row = {"impl": impl, "direction": direction, "dtype": self.dtype, "hdim": self.hdim, "hdim_v": self.hdim,
+               "causal": self.causal, "window_left": self.window[0], "window_right": self.window[1],
+               "softcap": self.softcap,
+               "sinks": self.sinks, "batch": self.batch, "heads": self.heads, "heads_kv": self.heads_kv,
+               "seqlen_q": self.seqlen, "seqlen_k": self.seqlen, "varlen": self.varlen,
                "deterministic": deterministic, "ms": ms, "tflops": flops / (ms * 1e9) if ms else None}
         if self.varlen:
             row["total_q"] = row["total_k"] = sum(self.lengths)
@@ -363,7 +568,10 @@ class Problem:
 
     def describe(self):
         kind = self.panel[1]
-        return (f"{self.dtype} d{self.hdim} {'causal' if self.causal else 'full'} {kind + ' ' if kind else ''}"
+        mask = ("causal" if self.causal else "full") + (f" w{self.window[0]},{self.window[1]}"
+                                                         if self.window != (-1, -1) else "")
+        return (f"{self.dtype} d{self.hdim} {mask}{' sinks' if self.sinks else ''}"
+                f"{' softcap' + softcap_text(self.softcap) if self.softcap else ''} {kind + ' ' if kind else ''}"
                 f"b{self.batch} s{self.seqlen} h{self.heads}/{self.heads_kv}")
 
 
@@ -407,12 +615,27 @@ def build_problems(a):
             if p.panel not in best or abs(math.log2(p.seqlen / 4096)) < abs(math.log2(best[p.panel].seqlen / 4096)):
                 best[p.panel] = p
         problems = [p for p in problems if best[p.panel] is p]
-    return problems
+    # The windowed, sink and softcap copies of each problem come right after it, so that the rows a
+    # ratio divides are timed close together. Each option copies every problem the options before it
+    # made: with all three, a causal problem runs as plain, window, sinks, window + sinks, and each of
+    # those again with the cap.
+    expanded = []
+    for p in problems:
+        variants = [p]
+        if a.window is not None and p.causal:
+            variants.append(p.variant(window=(a.window, 0)))
+        if a.sinks:
+            variants += [v.variant(sinks=True) for v in variants]
+        if a.softcap:
+            variants += [v.variant(softcap=a.softcap) for v in variants]
+        expanded += variants
+    return expanded
 
 
 class Tensors:
     """Inputs of one problem, shared by every implementation: q, k, v, dout in hopattn's layout
-    ((batch, seqlen, heads, d), or packed (total, heads, d) for varlen), leaves requiring grad."""
+    ((batch, seqlen, heads, d), or packed (total, heads, d) for varlen), leaves requiring grad, and
+    with sinks the float32 (heads,) sink logits, N(0, 1), also requiring grad."""
 
     def __init__(self, torch, p, seed=0, device="cuda"):
         dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[p.dtype]
@@ -426,6 +649,9 @@ class Tensors:
         self.k = randn(p.heads_kv).requires_grad_(True)
         self.v = randn(p.heads_kv).requires_grad_(True)
         self.dout = randn(p.heads)
+        # Drawn after the others, so that q, k, v and dout equal those of the problem without sinks.
+        self.sink = (torch.randn(p.heads, device=device, dtype=torch.float32, generator=gen).requires_grad_(True)
+                     if p.sinks else None)
         self.cu = None
         if p.varlen:
             offsets = [0]
@@ -433,6 +659,10 @@ class Tensors:
                 offsets.append(offsets[-1] + s)
             self.cu = torch.tensor(offsets, dtype=torch.int32, device=device)
             self.max_seqlen = max(p.lengths)
+
+    def inputs(self):
+        """The tensors the backward differentiates: q, k, v and the sinks when there are any."""
+        return (self.q, self.k, self.v) + ((self.sink,) if self.sink is not None else ())
 
 
 # Each peer: name -> function(torch, p, t, deterministic) returning a forward callable that gives
@@ -446,9 +676,23 @@ def _first(x):
     return x[0] if isinstance(x, (tuple, list)) else x
 
 
+def mask_options(p, t):
+    """Keywords for the problem's window, sinks and softcap, in the names hopattn and FlashAttention-4
+    share (window_size, learnable_sink, softcap; FlashAttention-3 takes window_size and softcap);
+    none without them, so that a plain problem's call stays the same."""
+    options = {}
+    if p.window != (-1, -1):
+        options["window_size"] = p.window
+    if t.sink is not None:
+        options["learnable_sink"] = t.sink
+    if p.softcap:
+        options["softcap"] = float(p.softcap)
+    return options
+
+
 def make_hopattn(torch, p, t, deterministic, **options):
     """hopattn's call on the problem's tensors; `options` are further keywords of hopattn.attention
-    (num_splits, pack_gqa: the decode layout)."""
+    (window_size, learnable_sink and softcap from mask_options; num_splits, pack_gqa: the decode layout)."""
     import hopattn
 
     if p.varlen:
@@ -466,6 +710,8 @@ def _make_sdpa(backend_name):
 
         if deterministic:
             raise Unsupported("no deterministic flag")
+        if p.sinks or p.window != (-1, -1) or p.softcap:
+            raise Unsupported("SDPA has no attention sinks, sliding window or softcap")
         backend = getattr(SDPBackend, SDPA_BACKENDS[backend_name])
         sdpa = torch.nn.functional.scaled_dot_product_attention
         gqa = {"enable_gqa": True} if p.heads != p.heads_kv else {}
@@ -490,21 +736,32 @@ def _make_sdpa(backend_name):
 def make_fa3(torch, p, t, deterministic):
     import flash_attn_interface as fa3
 
+    if p.sinks:
+        raise Unsupported("FlashAttention-3 takes no attention sinks")
+    # window_size (with -1 for an unbounded side, as in hopattn) and softcap, both flash_attn_func's
+    # and flash_attn_varlen_func's keywords, forward and backward.
+    window = mask_options(p, t)
     if p.varlen:
         return lambda: _first(fa3.flash_attn_varlen_func(t.q, t.k, t.v, t.cu, t.cu, t.max_seqlen, t.max_seqlen,
-                                                          causal=p.causal, deterministic=deterministic))
-    return lambda: _first(fa3.flash_attn_func(t.q, t.k, t.v, causal=p.causal, deterministic=deterministic))
+                                                          causal=p.causal, deterministic=deterministic, **window))
+    return lambda: _first(fa3.flash_attn_func(t.q, t.k, t.v, causal=p.causal, deterministic=deterministic, **window))
 
 
 def make_fa4(torch, p, t, deterministic):
+    """FlashAttention-4 (flash-attn-4 4.0.0b36): its flash_attn_func and flash_attn_varlen_func take
+    window_size and a float32 learnable_sink, and their Hopper backward returns the sink's gradient.
+    They take softcap too; the backward with a cap may be unsupported (an error, logged) or ignore
+    the cap, which the check reports (the softcap table then shows no ratio for it)."""
     from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
 
-    det = {"deterministic": True} if deterministic else {}
+    options = mask_options(p, t)
+    if deterministic:
+        options["deterministic"] = True
     if p.varlen:
         return lambda: _first(flash_attn_varlen_func(t.q, t.k, t.v, cu_seqlens_q=t.cu, cu_seqlens_k=t.cu,
                                                      max_seqlen_q=t.max_seqlen, max_seqlen_k=t.max_seqlen,
-                                                     causal=p.causal, **det))
-    return lambda: _first(flash_attn_func(t.q, t.k, t.v, causal=p.causal, **det))
+                                                     causal=p.causal, **options))
+    return lambda: _first(flash_attn_func(t.q, t.k, t.v, causal=p.causal, **options))
 
 
 PEERS = {"cudnn": _make_sdpa("cudnn"), "fa2": _make_sdpa("fa2"), "efficient": _make_sdpa("efficient"),
@@ -524,37 +781,123 @@ def peer_available(name):
 
 # ---- correctness: FA3's rule on one batch element and one KV-head group, float64 reference ----
 
+def _sequence_takes(p, t):
+    """For each sequence of the batch, take(x, heads): its rows of x at those heads, (s, ...)."""
+    if p.varlen:
+        cu = t.cu.tolist()
+        return [(lambda x, h, a=a, b=b: x[a:b, h]) for a, b in zip(cu[:-1], cu[1:])]
+    return [(lambda x, h, b=b: x[b, :, h]) for b in range(p.batch)]
+
+
 def _subset(p, t):
     """Index helpers for the checked slice: the last sequence and the last KV-head group."""
     group = p.heads // p.heads_kv
     kvh = p.heads_kv - 1
     qh = slice(kvh * group, (kvh + 1) * group)
-    if p.varlen:
-        start, stop = int(t.cu[-2]), int(t.cu[-1])
-        return (lambda x, h: x[start:stop, h]), qh, kvh
-    return (lambda x, h: x[-1, :, h]), qh, kvh
+    return _sequence_takes(p, t)[-1], qh, kvh
 
 
-def _attention_slice(torch, q, k, v, dout, causal, dtype):
+def _visible(torch, rows, seqlen, causal, window):
+    """(len(rows), seqlen) bool: the keys each query row in `rows` (an index tensor) sees in a square
+    problem (seqlen_q == seqlen_k, no bottom-right shift): i - left <= j <= i + right, causal being
+    right = 0 and -1 an unbounded side; None when nothing is masked."""
+    left, right = window
+    if causal:
+        right = 0
+    if left < 0 and right < 0:
+        return None
+    offset = torch.arange(seqlen, device=rows.device)[None, :] - rows[:, None]  # j - i
+    visible = torch.ones_like(offset, dtype=torch.bool)
+    if right >= 0:
+        visible &= offset <= right
+    if left >= 0:
+        visible &= offset >= -left
+    return visible
+
+
+def _cap(torch, scores, softcap):
+    """The capped scores softcap * tanh(scores / softcap) (docs/semantics.md), in scores' dtype: in
+    float64 for the reference; for the naive computation the bf16/fp16 score is capped in float32
+    and rounded once to its dtype, as hopattn's GPU reference rounds the capped score when it
+    computes the naive error (hopattn-bench), so the cap adds one rounding of the score to the naive
+    error, forward and, through autograd, backward. softcap 0: the scores unchanged."""
+    if not softcap:
+        return scores
+    wide = torch.float64 if scores.dtype == torch.float64 else torch.float32
+    return (softcap * torch.tanh(scores.to(wide) / softcap)).to(scores.dtype)
+
+
+def _attention_slice(torch, q, k, v, dout, causal, dtype, window=(-1, -1), sink=None, softcap=0):
     """q: (s, G, d), k, v: (s, d) in `dtype` (float64: the reference, else the naive low-precision
-    computation); returns out (s, G, d) and dq, dk, dv, computed one query head at a time."""
+    computation); window: hopattn's window_size; sink: None or the G heads' logits, one more column
+    of every row's softmax whose probability is then dropped (the sink has no value,
+    docs/semantics.md); softcap: the score cap (0: none), applied to scale * q.k before the mask
+    (_cap). Returns out (s, G, d) and dq, dk, dv, computed one query head at a time."""
     q, k, v, dout = (x.detach().to(dtype) for x in (q, k, v, dout))
     s, heads, d = q.shape
     scale = 1.0 / math.sqrt(d)
-    mask = torch.ones(s, k.shape[0], dtype=torch.bool, device=q.device).tril_() if causal else None
+    mask = _visible(torch, torch.arange(s, device=q.device), k.shape[0], causal, window)
+    softmax_dtype = torch.float64 if dtype == torch.float64 else torch.float32  # naive: as FA3's tests, in float32
     kk, vv = k.clone().requires_grad_(True), v.clone().requires_grad_(True)
     outs, dqs = [], []
     for h in range(heads):
         qq = q[:, h].clone().requires_grad_(True)
-        scores = (qq @ kk.transpose(0, 1)) * scale
+        scores = _cap(torch, (qq @ kk.transpose(0, 1)) * scale, softcap)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
-        out = torch.softmax(scores.float() if dtype != torch.float64 else scores, dim=-1).to(dtype) @ vv
+        scores = scores.to(softmax_dtype)
+        if sink is not None:
+            column = sink[h].detach().to(softmax_dtype).expand(s, 1)
+            probs = torch.softmax(torch.cat([scores, column], dim=1), dim=-1)[:, :-1]
+        else:
+            probs = torch.softmax(scores, dim=-1)
+        out = probs.to(dtype) @ vv
         out.backward(dout[:, h])
         outs.append(out.detach())
         dqs.append(qq.grad)
-        del scores, out
+        del scores, probs, out
     return torch.stack(outs, 1), torch.stack(dqs, 1), kk.grad, vv.grad
+
+
+# Query rows per block of the sink gradient's float64 reference: 2048 x 16k scores are 256 MiB.
+SINK_CHECK_ROWS = 2048
+
+
+def _sink_gradient(torch, p, t, qh, kvh):
+    """(exact, naive) d loss / d sink of the query heads qh (one KV-head group) by the closed form of
+    docs/semantics.md, dsink_h = -sum_i exp(sink_h - LSE_i) * rowsum(dO_i * O_i), over every row of
+    every sequence: unlike dq, dk and dv, the sink's gradient sums over the whole batch, so the
+    checked slice alone cannot give it. O and LSE are exact (float64), with the problem's softcap.
+
+    The tolerance (FA3's rule with these two) is a float32 one, scaled by the rounding of O: dsink is
+    float32, but each of its terms reads the output the forward stored in bf16/fp16 (D = rowsum(dO * O),
+    as FlashAttention computes it), so a bare float32 rtol would fail a correct kernel, and a bf16 one
+    on |dsink| would pass a wrong one when the terms, of either sign, cancel. The naive value is the
+    exact formula reading O rounded to the inputs' dtype: a correct kernel's stored O rounds to the
+    same values nearly everywhere, so its error tracks the naive one (about 1.0x on CPU trials), while
+    its float32 LSE, D and sums add far less. It comes back as float32, dsink's dtype, which makes the
+    rule's atol float32's rounding."""
+    lo = t.q.dtype
+    sink = t.sink.detach()[qh].double()
+    exact, naive = torch.zeros_like(sink), torch.zeros_like(sink)
+    for take in _sequence_takes(p, t):
+        q, dout = (take(x, qh).detach().double() for x in (t.q, t.dout))
+        k, v = (take(x, kvh).detach().double() for x in (t.k, t.v))
+        s, group, d = q.shape
+        for start in range(0, s, SINK_CHECK_ROWS):
+            stop = min(s, start + SINK_CHECK_ROWS)
+            mask = _visible(torch, torch.arange(start, stop, device=q.device), s, p.causal, p.window)
+            for g in range(group):
+                scores = _cap(torch, (q[start:stop, g] @ k.transpose(0, 1)) / math.sqrt(d), p.softcap)
+                if mask is not None:
+                    scores = scores.masked_fill(~mask, float("-inf"))
+                lse = torch.logaddexp(torch.logsumexp(scores, dim=-1), sink[g])
+                out = torch.exp(scores - lse[:, None]) @ v
+                share = torch.exp(sink[g] - lse)  # the sink's probability in each row
+                exact[g] -= (share * (dout[start:stop, g] * out).sum(-1)).sum()
+                naive[g] -= (share * (dout[start:stop, g] * out.to(lo).double()).sum(-1)).sum()
+                del scores, out
+    return exact, naive.float()
 
 
 def _rule(torch, got, exact, naive):
@@ -571,27 +914,36 @@ def _rule(torch, got, exact, naive):
 
 
 class Checker:
-    """The float64 reference and naive low-precision results of one problem's checked slice."""
+    """The float64 reference and naive low-precision results of one problem's checked slice (and,
+    with sinks, of the sink's gradient), with the problem's window, sinks and softcap."""
 
     def __init__(self, torch, p, t):
         self.torch, self.p, self.t = torch, p, t
         take, self.qh, self.kvh = _subset(p, t)
         self.take = take
         args = (take(t.q, self.qh), take(t.k, self.kvh), take(t.v, self.kvh), take(t.dout, self.qh))
-        self.exact = _attention_slice(torch, *args, p.causal, torch.float64)
-        self.naive = _attention_slice(torch, *args, p.causal, t.q.dtype)
+        sink = t.sink.detach()[self.qh] if t.sink is not None else None
+        self.exact = _attention_slice(torch, *args, p.causal, torch.float64, p.window, sink, p.softcap)
+        self.naive = _attention_slice(torch, *args, p.causal, t.q.dtype, p.window, sink, p.softcap)
+        self.dsink = None  # (exact, naive), at the first backward check: a forward-only run needs none
 
     def check(self, direction, out=None, grads=None):
-        """'pass' or a message; out: forward output, grads: (dq, dk, dv) in hopattn's layout."""
+        """'pass' or a message; out: forward output, grads: (dq, dk, dv[, dsink]) in hopattn's layout."""
         torch, take = self.torch, self.take
         if direction == "fwd":
-            pairs = [("out", take(out, self.qh), 0)]
+            pairs = [("out", take(out, self.qh), self.exact[0], self.naive[0])]
         else:
-            dq, dk, dv = grads
-            pairs = [("dq", take(dq, self.qh), 1), ("dk", take(dk, self.kvh), 2), ("dv", take(dv, self.kvh), 3)]
+            dq, dk, dv = grads[:3]
+            pairs = [("dq", take(dq, self.qh), self.exact[1], self.naive[1]),
+                     ("dk", take(dk, self.kvh), self.exact[2], self.naive[2]),
+                     ("dv", take(dv, self.kvh), self.exact[3], self.naive[3])]
+            if self.p.sinks:
+                if self.dsink is None:
+                    self.dsink = _sink_gradient(torch, self.p, self.t, self.qh, self.kvh)
+                pairs.append(("dsink", grads[3][self.qh], *self.dsink))
         failures = []
-        for name, got, i in pairs:
-            ok, error, bound = _rule(torch, got, self.exact[i], self.naive[i])
+        for name, got, exact, naive in pairs:
+            ok, error, bound = _rule(torch, got, exact, naive)
             if not ok:
                 failures.append(f"{name} error {error:.3g} > bound {bound:.3g}")
         return "pass" if not failures else "FAIL: " + "; ".join(failures)
@@ -599,9 +951,9 @@ class Checker:
 
 # ---- timing ----
 
-def run_problem(torch, p, a, impls, log):
-    """Rows of every impl and direction of one problem."""
-    t = Tensors(torch, p, seed=a.seed)
+def run_problem(torch, p, a, impls, log, device="cuda"):
+    """Rows of every impl and direction of one problem (device: "cpu" in the tests, with stand-ins)."""
+    t = Tensors(torch, p, seed=a.seed, device=device)
     checker = Checker(torch, p, t) if not a.no_check else None
     rows = []
     variants = []  # (direction, deterministic)
@@ -622,12 +974,15 @@ def run_problem(torch, p, a, impls, log):
                 log(f"  {impl} {direction}: skipped (cuDNN nested-tensor backward is broken in this setup)")
                 continue
             try:
-                fwd = (make_hopattn if impl == "hopattn" else PEERS[impl])(torch, p, t, det)
+                if impl == "hopattn":
+                    fwd = make_hopattn(torch, p, t, det, **mask_options(p, t))
+                else:
+                    fwd = PEERS[impl](torch, p, t, det)
                 out = fwd()
                 if direction == "fwd":
                     fn, grads = fwd, None
                 else:
-                    inputs = (t.q, t.k, t.v)
+                    inputs = t.inputs()  # with sinks, their gradient is part of the timed backward
                     grads = torch.autograd.grad(out, inputs, t.dout, retain_graph=True)
                     fn = functools.partial(torch.autograd.grad, out, inputs, t.dout, retain_graph=True)
                 check = checker.check(direction, out=out, grads=grads) if checker else "skipped"
@@ -773,6 +1128,25 @@ def _causal(text):
     return sorted(set(values))
 
 
+def _softcap_value(text):
+    """--softcap's cap: a positive finite number (0 would be no cap: leave the option out)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--softcap takes a positive number, not {text}") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"--softcap takes a positive finite cap (leave it out for none), "
+                                         f"not {text}")
+    return value
+
+
+def _window_left(text):
+    left = int(text)
+    if left < 0:
+        raise argparse.ArgumentTypeError(f"--window takes the window's left size, >= 0, not {text}")
+    return left
+
+
 def run_parser():
     parser = argparse.ArgumentParser(prog="compare.py run", description="Time hopattn and its peers on the same "
                                      "tensors (needs PyTorch, a Hopper GPU and the hopattn package).")
@@ -789,6 +1163,13 @@ def run_parser():
     parser.add_argument("--extra", type=_words(["gqa", "varlen"]), default=["gqa", "varlen"],
                         help="extra row families beyond the standard sweep: gqa,varlen (default both; '' for none)")
     parser.add_argument("--no-deterministic", action="store_true", help="skip the deterministic backward rows")
+    parser.add_argument("--sinks", action="store_true", help="also time every problem with attention sinks "
+                        "(learnable_sink: N(0,1) logits per query head; hopattn and FA4, the others have none)")
+    parser.add_argument("--window", type=_window_left, default=None, metavar="LEFT",
+                        help="also time every causal problem with the sliding window (LEFT, 0)")
+    parser.add_argument("--softcap", type=_softcap_value, default=None, metavar="VALUE",
+                        help="also time every problem (window and sink copies included) with the scores capped, "
+                        "softcap * tanh(scale * q.k / softcap) (hopattn, FA3 and FA4; SDPA has no cap)")
     parser.add_argument("--no-check", action="store_true", help="time without the float64 check (not for reports)")
     parser.add_argument("--quick", action="store_true", help="one row per panel (seqlen nearest 4k), fewer reps")
     parser.add_argument("--warmup", type=int, default=3)
@@ -819,8 +1200,16 @@ def torch_with_hopattn(command):
     return torch
 
 
+def parse_run_args(argv):
+    parser = run_parser()
+    a = parser.parse_args(argv)
+    if a.window is not None and True not in a.causal:
+        parser.error("--window adds windowed copies of the causal problems: select some with --causal yes or both")
+    return a
+
+
 def run_main(argv):
-    a = run_parser().parse_args(argv)
+    a = parse_run_args(argv)
     if a.quick:
         a.warmup, a.reps, a.budget_s = min(a.warmup, 1), min(a.reps, 5), min(a.budget_s, 0.5)
     torch = torch_with_hopattn("compare.py run")

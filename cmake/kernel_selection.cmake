@@ -14,6 +14,13 @@ if(DEFINED ENV{HOPATTN_DTYPES})
 endif()
 
 set(HOPATTN_HEADDIMS "${_default_headdims}" CACHE STRING "Head dims to build kernels for (subset of ${_all_headdims})")
+# Score variants (src/kernels/common/score_variant.hpp) beyond the plain scores: each one is
+# another forward and backward kernel per (dtype, head dim). Also from the environment.
+set(_default_softcap ON)
+if(DEFINED ENV{HOPATTN_SOFTCAP})
+  set(_default_softcap $ENV{HOPATTN_SOFTCAP})
+endif()
+option(HOPATTN_SOFTCAP "Build the softcap kernels (ForwardArgs::softcap > 0)" ${_default_softcap})
 set(HOPATTN_DTYPES "${_default_dtypes}" CACHE STRING "Dtypes to build kernels for (subset of ${_all_dtypes})")
 
 foreach(_d IN LISTS HOPATTN_HEADDIMS)

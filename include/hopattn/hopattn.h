@@ -77,6 +77,15 @@ typedef struct hopattn_forward_args {
    * (num_pages, page_size, heads_kv, head_dim), varlen.cu_seqlens_k must be null and
    * varlen.seqused_k counts each sequence's keys (default: max_pages * page_size). */
   hopattn_page_table page_table;
+  /* Added after 0.1.0: attention sinks (hopattn.hpp, ForwardArgs; docs/semantics.md, "Attention
+   * sinks"). Optional float32 (heads,), one logit per query head added to every row's softmax
+   * denominator (not scaled by softmax_scale): o shrinks by the sink's share and lse includes it; a
+   * row that sees no key gets o = 0 and lse = sink. sinks.data == NULL: no sinks. */
+  hopattn_tensor sinks;
+  /* Added after 0.1.0: softcapping (Gemma 2; hopattn.hpp, ForwardArgs; docs/semantics.md, "Softcap").
+   * > 0 caps every score at softcap * tanh(softmax_scale * q.k / softcap); 0 (the default) leaves
+   * the scores alone; a negative, NaN or infinite softcap is HOPATTN_ERROR_INVALID_ARGUMENT. */
+  float softcap;
 } hopattn_forward_args;
 
 typedef struct hopattn_backward_args {
@@ -88,6 +97,12 @@ typedef struct hopattn_backward_args {
   int32_t window_right;
   hopattn_varlen varlen;
   int32_t deterministic;
+  /* Added after 0.1.0: the forward's attention sinks (optional float32 (heads,)) and their gradient
+   * dsinks, float32 (heads,), written: d loss / d sinks[h], summed over the batch and the query
+   * rows. dsinks is required exactly when sinks is given. */
+  hopattn_tensor sinks, dsinks;
+  /* Added after 0.1.0: the forward's softcap (as in hopattn_forward_args; 0: off). */
+  float softcap;
 } hopattn_backward_args;
 
 /* Rotary embedding of q and the new keys in hopattn_forward_kvcache (hopattn.hpp, RotaryEmbedding):
@@ -131,11 +146,27 @@ typedef struct hopattn_kvcache_args {
   int32_t window_right; /* -1: unbounded */
   int32_t num_splits;   /* as in hopattn_forward_args */
   int32_t pack_gqa;     /* as in hopattn_forward_args */
+  /* Added after 0.1.0: optional float32 (heads,) attention sinks, as in hopattn_forward_args. */
+  hopattn_tensor sinks;
+  /* Added after 0.1.0: softcapping, as in hopattn_forward_args (0: off). */
+  float softcap;
 } hopattn_kvcache_args;
 
+/* Sets every field of the caller's struct to its default and struct_size to `size`, the caller's
+ * sizeof: a struct from an older header (smaller) gets the fields it has, one from a newer header
+ * (larger) zeros past the fields this library knows. Call it through the macros below. */
+void hopattn_forward_args_init_sized(hopattn_forward_args* args, size_t size);
+void hopattn_backward_args_init_sized(hopattn_backward_args* args, size_t size);
+void hopattn_kvcache_args_init_sized(hopattn_kvcache_args* args, size_t size);
+
+/* The first versions' entry points (for programs built against those headers): they set the
+ * fields their struct had then, nothing past it. Source code reaches the sized ones above. */
 void hopattn_forward_args_init(hopattn_forward_args* args);
 void hopattn_backward_args_init(hopattn_backward_args* args);
 void hopattn_kvcache_args_init(hopattn_kvcache_args* args);
+#define hopattn_forward_args_init(args) hopattn_forward_args_init_sized((args), sizeof(*(args)))
+#define hopattn_backward_args_init(args) hopattn_backward_args_init_sized((args), sizeof(*(args)))
+#define hopattn_kvcache_args_init(args) hopattn_kvcache_args_init_sized((args), sizeof(*(args)))
 
 /* `stream` is a cudaStream_t (NULL: the legacy default stream). */
 int hopattn_forward(const hopattn_forward_args* args, void* stream);

@@ -136,6 +136,13 @@ struct ForwardArgs {
   // varlen.seqused_k[b] says (all max_pages * page_size of them without it). Varlen queries then
   // take cu_seqlens_q and seqused_k, with no cu_seqlens_k.
   PageTable page_table;
+  // Attention sinks (docs/semantics.md, "Attention sinks"): optional fp32 (H,), one logit per
+  // query head added to every row's softmax denominator (not scaled by softmax_scale): O shrinks
+  // by the sink's share and LSE includes it; a row that sees no key gets O = 0, LSE = sink.
+  Tensor sinks;
+  // Softcapping (Gemma 2; docs/semantics.md, "Softcap"): > 0 caps every score at
+  // S = softcap * tanh(softmax_scale * q.k / softcap); 0 leaves the scores alone.
+  float softcap = 0.0f;
 };
 
 // Rotary position embedding of q and the new keys in forward_kvcache (RoPE). The first
@@ -179,6 +186,8 @@ struct KVCacheArgs {
   Mask mask;
   int32_t num_splits = 0;
   PackGqa pack_gqa = PackGqa::kAuto;
+  Tensor sinks;  // optional fp32 (H,): attention sinks, as in ForwardArgs
+  float softcap = 0.0f;  // as in ForwardArgs
 };
 
 struct BackwardArgs {
@@ -193,6 +202,11 @@ struct BackwardArgs {
   Mask mask;
   Varlen varlen;
   bool deterministic = false;  // bitwise reproducible gradients
+  // The forward's attention sinks (optional fp32 (H,)) and their gradient, fp32 (H,), written
+  // (required with sinks): d loss / d sink[h], summed over the batch and the query rows.
+  Tensor sinks;
+  Tensor dsinks;
+  float softcap = 0.0f;  // the forward's softcap
 };
 
 struct Workspace {

@@ -149,6 +149,8 @@ class ForwardArgs(ctypes.Structure):
         ("num_splits", ctypes.c_int32),
         ("pack_gqa", ctypes.c_int32),
         ("page_table", PageTable),
+        ("sinks", Tensor),
+        ("softcap", ctypes.c_float),
     ]
 
 
@@ -170,6 +172,9 @@ class BackwardArgs(ctypes.Structure):
         ("window_right", ctypes.c_int32),
         ("varlen", Varlen),
         ("deterministic", ctypes.c_int32),
+        ("sinks", Tensor),
+        ("dsinks", Tensor),
+        ("softcap", ctypes.c_float),
     ]
 
 
@@ -197,6 +202,8 @@ class KVCacheArgs(ctypes.Structure):
         ("window_right", ctypes.c_int32),
         ("num_splits", ctypes.c_int32),
         ("pack_gqa", ctypes.c_int32),
+        ("sinks", Tensor),
+        ("softcap", ctypes.c_float),
     ]
 
 
@@ -221,9 +228,9 @@ def _padded(fmt: str, ctype) -> struct.Struct:
     return struct.Struct("@" + fmt + (f"{pad}x" if pad else ""))
 
 
-_FORWARD = _padded("N" + _TENSOR_FMT * 5 + _COMMON_TAIL_FMT + "2i" + _PAGE_TABLE_FMT, ForwardArgs)
-_BACKWARD = _padded("N" + _TENSOR_FMT * 9 + _COMMON_TAIL_FMT + "i", BackwardArgs)
-_KVCACHE = _padded(_KVCACHE_CACHE_FMT + _KVCACHE_APPEND_FMT + _TENSOR_FMT * 2 + "f3i" + "2i", KVCacheArgs)
+_FORWARD = _padded("N" + _TENSOR_FMT * 5 + _COMMON_TAIL_FMT + "2i" + _PAGE_TABLE_FMT + _TENSOR_FMT + "f", ForwardArgs)
+_BACKWARD = _padded("N" + _TENSOR_FMT * 9 + _COMMON_TAIL_FMT + "i" + _TENSOR_FMT * 2 + "f", BackwardArgs)
+_KVCACHE = _padded(_KVCACHE_CACHE_FMT + _KVCACHE_APPEND_FMT + _TENSOR_FMT * 2 + "f5i" + _TENSOR_FMT + "f", KVCacheArgs)
 FORWARD_ARGS_SIZE = ctypes.sizeof(ForwardArgs)
 BACKWARD_ARGS_SIZE = ctypes.sizeof(BackwardArgs)
 KVCACHE_ARGS_SIZE = ctypes.sizeof(KVCacheArgs)
@@ -245,12 +252,17 @@ def _check_layouts() -> None:
             ("num_splits", "N" + tensor * 5 + _COMMON_TAIL_FMT),
             ("pack_gqa", "N" + tensor * 5 + _COMMON_TAIL_FMT + "i"),
             ("page_table", "N" + tensor * 5 + _COMMON_TAIL_FMT + "2i"),
+            ("sinks", "N" + tensor * 5 + _COMMON_TAIL_FMT + "2i" + _PAGE_TABLE_FMT + "0P"),
+            ("softcap", "N" + tensor * 5 + _COMMON_TAIL_FMT + "2i" + _PAGE_TABLE_FMT + "0P" + tensor),
         ],
         BackwardArgs: [
             ("dv", "N" + tensor * 8),
             ("softmax_scale", "N" + tensor * 9),
             ("varlen", "N" + tensor * 9 + "f3i"),
             ("deterministic", "N" + tensor * 9 + _COMMON_TAIL_FMT),
+            ("sinks", "N" + tensor * 9 + _COMMON_TAIL_FMT + "i0P"),
+            ("dsinks", "N" + tensor * 9 + _COMMON_TAIL_FMT + "i0P" + tensor),
+            ("softcap", "N" + tensor * 9 + _COMMON_TAIL_FMT + "i0P" + tensor * 2),
         ],
         KVCacheArgs: [
             ("page_table", "N" + tensor * 3),
@@ -263,6 +275,8 @@ def _check_layouts() -> None:
             ("softmax_scale", _KVCACHE_CACHE_FMT + _KVCACHE_APPEND_FMT + tensor * 2),
             ("num_splits", _KVCACHE_CACHE_FMT + _KVCACHE_APPEND_FMT + tensor * 2 + "f3i"),
             ("pack_gqa", _KVCACHE_CACHE_FMT + _KVCACHE_APPEND_FMT + tensor * 2 + "f4i"),
+            ("sinks", _KVCACHE_CACHE_FMT + _KVCACHE_APPEND_FMT + tensor * 2 + "f5i0P"),
+            ("softcap", _KVCACHE_CACHE_FMT + _KVCACHE_APPEND_FMT + tensor * 2 + "f5i0P" + tensor),
         ],
         Rotary: [("interleaved", tensor * 2), ("positions", tensor * 2 + "i0P")],
     }
@@ -295,15 +309,17 @@ PACK_GQA_AUTO = -1
 
 def pack_forward(
     q, k, v, o, lse, softmax_scale, causal, window_left, window_right, varlen=EMPTY_VARLEN, num_splits=0,
-    pack_gqa=PACK_GQA_AUTO, page_table=EMPTY_PAGE_TABLE,
+    pack_gqa=PACK_GQA_AUTO, page_table=EMPTY_PAGE_TABLE, sinks=EMPTY_TENSOR, softcap=0.0,
 ) -> bytes:  # fmt: skip
     """hopattn_forward_args as bytes: q..lse are tensor_fields() tuples, varlen 10 values
     (cu_seqlens_q ptr, size, cu_seqlens_k ptr, size, seqused_q ptr, size, seqused_k ptr, size,
     max_seqlen_q, max_seqlen_k); num_splits (0: chosen) and pack_gqa (-1: chosen, 0: off, 1: on)
-    as in hopattn.h; page_table 4 values (ptr, batch, max_pages, row_stride)."""
+    as in hopattn.h; page_table 4 values (ptr, batch, max_pages, row_stride); sinks the
+    tensor_fields() of the float32 (heads,) attention sinks (EMPTY_TENSOR: none); softcap the
+    score cap (0.0: off)."""
     return _FORWARD.pack(
         FORWARD_ARGS_SIZE, *q, *k, *v, *o, *lse, softmax_scale, causal, window_left, window_right, *varlen,
-        num_splits, pack_gqa, *page_table,
+        num_splits, pack_gqa, *page_table, *sinks, softcap,
     )  # fmt: skip
 
 
@@ -311,26 +327,29 @@ def pack_kvcache(
     q, k_cache, v_cache, o, lse, softmax_scale, causal, window_left, window_right, *, cache_seqlens,
     page_table=EMPTY_PAGE_TABLE, cache_batch_idx=EMPTY_INT_ARRAY, cache_leftpad=EMPTY_INT_ARRAY,
     k_new=EMPTY_TENSOR, v_new=EMPTY_TENSOR, cu_seqlens_new=EMPTY_INT_ARRAY, rotary=EMPTY_ROTARY,
-    cu_seqlens_q=EMPTY_INT_ARRAY, max_seqlen_q=0, num_splits=0, pack_gqa=PACK_GQA_AUTO,
+    cu_seqlens_q=EMPTY_INT_ARRAY, max_seqlen_q=0, num_splits=0, pack_gqa=PACK_GQA_AUTO, sinks=EMPTY_TENSOR,
+    softcap=0.0,
 ) -> bytes:  # fmt: skip
     """hopattn_kvcache_args as bytes: tensors are tensor_fields() tuples, index arrays (ptr, size)
-    pairs, page_table as in pack_forward, rotary 23 values (cos and sin tensor_fields(),
-    interleaved, positions ptr, size)."""
+    pairs, page_table, sinks and softcap as in pack_forward, rotary 23 values (cos and sin
+    tensor_fields(), interleaved, positions ptr, size)."""
     return _KVCACHE.pack(
         KVCACHE_ARGS_SIZE, *q, *k_cache, *v_cache, *page_table, *cache_seqlens, *cache_batch_idx, *cache_leftpad,
         *k_new, *v_new, *cu_seqlens_new, *rotary, *cu_seqlens_q, max_seqlen_q, *o, *lse,
-        softmax_scale, causal, window_left, window_right, num_splits, pack_gqa,
+        softmax_scale, causal, window_left, window_right, num_splits, pack_gqa, *sinks, softcap,
     )  # fmt: skip
 
 
 def pack_backward(
-    q, k, v, o, lse, dout, dq, dk, dv, softmax_scale, causal, window_left, window_right, varlen, deterministic
-) -> bytes:
-    """hopattn_backward_args as bytes; see pack_forward."""
+    q, k, v, o, lse, dout, dq, dk, dv, softmax_scale, causal, window_left, window_right, varlen, deterministic,
+    sinks=EMPTY_TENSOR, dsinks=EMPTY_TENSOR, softcap=0.0,
+) -> bytes:  # fmt: skip
+    """hopattn_backward_args as bytes; see pack_forward. dsinks (the sinks' gradient, float32
+    (heads,), written) comes with sinks, and only with them; softcap is the forward's."""
     return _BACKWARD.pack(
         BACKWARD_ARGS_SIZE,
         *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv,
-        softmax_scale, causal, window_left, window_right, *varlen, deterministic,
+        softmax_scale, causal, window_left, window_right, *varlen, deterministic, *sinks, *dsinks, softcap,
     )  # fmt: skip
 
 
@@ -387,8 +406,8 @@ def library() -> ctypes.CDLL:
                     ctypes.c_void_p,
                 ]
                 lib.hopattn_forward_kvcache.restype = ctypes.c_int
-                lib.hopattn_kvcache_args_init.argtypes = [ctypes.POINTER(KVCacheArgs)]
-                lib.hopattn_kvcache_args_init.restype = None
+                lib.hopattn_kvcache_args_init_sized.argtypes = [ctypes.POINTER(KVCacheArgs), ctypes.c_size_t]
+                lib.hopattn_kvcache_args_init_sized.restype = None
             lib.hopattn_backward_workspace_size.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
             lib.hopattn_backward_workspace_size.restype = ctypes.c_int
             lib.hopattn_backward.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
@@ -397,30 +416,39 @@ def library() -> ctypes.CDLL:
             lib.hopattn_last_error.restype = ctypes.c_char_p
             lib.hopattn_version.argtypes = []
             lib.hopattn_version.restype = ctypes.c_char_p
-            for name, ctype in (("hopattn_forward_args_init", ForwardArgs), ("hopattn_backward_args_init", BackwardArgs)):
-                init = getattr(lib, name)
-                init.argtypes = [ctypes.POINTER(ctype)]
-                init.restype = None
+            for name, ctype in (
+                ("hopattn_forward_args_init_sized", ForwardArgs),
+                ("hopattn_backward_args_init_sized", BackwardArgs),
+            ):
+                if hasattr(lib, name):  # else _check_library_layout says the versions differ
+                    init = getattr(lib, name)
+                    init.argtypes = [ctypes.POINTER(ctype), ctypes.c_size_t]
+                    init.restype = None
             _check_library_layout(lib)
             _library = lib
     return _library
 
 
 def _check_library_layout(lib) -> None:
-    """The library's *_args_init must agree with this module about every default field, which
+    """The library's *_args_init_sized must agree with this module about every default field, which
     catches a header that changed without this module (struct_size is the C sizeof)."""
     for name, ctype, size in (
-        ("hopattn_forward_args_init", ForwardArgs, FORWARD_ARGS_SIZE),
-        ("hopattn_backward_args_init", BackwardArgs, BACKWARD_ARGS_SIZE),
-        ("hopattn_kvcache_args_init", KVCacheArgs, KVCACHE_ARGS_SIZE),
+        ("hopattn_forward_args_init_sized", ForwardArgs, FORWARD_ARGS_SIZE),
+        ("hopattn_backward_args_init_sized", BackwardArgs, BACKWARD_ARGS_SIZE),
+        ("hopattn_kvcache_args_init_sized", KVCacheArgs, KVCACHE_ARGS_SIZE),
     ):
         if not hasattr(lib, name):
-            continue  # a library without the call (forward_kvcache then says so)
+            if ctype is KVCacheArgs:
+                continue  # a library without the call (forward_kvcache then says so)
+            raise ImportError(f"hopattn: the library has no {name}: it is older than this Python package")
         args = ctype()
         ctypes.memset(ctypes.byref(args), 0x5A, ctypes.sizeof(args))
-        getattr(lib, name)(ctypes.byref(args))
+        getattr(lib, name)(ctypes.byref(args), ctypes.sizeof(args))
         defaults_differ = args.window_left != -1 or args.window_right != -1 or args.causal != 0
-        if ctype is not BackwardArgs:
+        defaults_differ |= args.sinks.data is not None or args.sinks.rank != 0 or args.softcap != 0
+        if ctype is BackwardArgs:
+            defaults_differ |= args.dsinks.data is not None or args.dsinks.rank != 0
+        else:
             defaults_differ |= args.num_splits != 0 or args.pack_gqa != PACK_GQA_AUTO
             defaults_differ |= args.page_table.data is not None or args.page_table.row_stride != 0
         if args.struct_size != size or defaults_differ:

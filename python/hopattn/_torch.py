@@ -14,6 +14,8 @@ Every launch uses the current CUDA stream of the tensors' device and takes its m
 the backward workspace) from PyTorch's caching allocator, so CUDA-graph capture and replay work.
 """
 
+import math
+import numbers
 from typing import Optional, Tuple
 
 import torch
@@ -123,6 +125,26 @@ def _check_max_seqlens(max_seqlen_q, max_seqlen_k) -> None:
             )
 
 
+def _check_sink(sink, q) -> None:
+    """learnable_sink: a float32 tensor of one logit per query head, on q's device. Checked here
+    rather than left to the library, whose messages call it `sinks`, and so that the fake
+    implementations reject the same arguments."""
+    if not isinstance(sink, Tensor):
+        raise ArgumentTypeError(f"learnable_sink must be a torch.Tensor of float32, got {type(sink).__name__}")
+    if sink.dtype != torch.float32:
+        raise ArgumentTypeError(f"learnable_sink.dtype is {sink.dtype} but must be torch.float32")
+    if sink.device != q.device:
+        raise InvalidArgumentError(f"learnable_sink is on {sink.device} but q is on {q.device}; all tensors must "
+                                   "share a device")
+    if sink.dim() != 1:
+        raise InvalidArgumentError(f"learnable_sink has shape {tuple(sink.shape)} but must be (heads,): one logit per "
+                                   "query head")
+    # q is (..., heads, head_dim) in every layout; a q of fewer dimensions is q's error, reported by its checks.
+    if q.dim() >= 3 and sink.shape[0] != q.shape[-2]:
+        raise InvalidArgumentError(f"learnable_sink has shape {tuple(sink.shape)} but must be (heads,) = "
+                                   f"({q.shape[-2]},): one logit per query head")
+
+
 def _window(window_size) -> Tuple[int, int]:
     try:
         left, right = window_size
@@ -130,6 +152,20 @@ def _window(window_size) -> Tuple[int, int]:
     except (TypeError, ValueError):
         raise ArgumentTypeError(f"window_size must be a pair of ints (left, right), got {window_size!r}") from None
     return left, right
+
+
+def _softcap(softcap) -> float:
+    """softcap as a float: 0 (off) or a positive, finite cap, the library's rule, checked here too
+    so that the fake implementations (meta tensors, torch.compile) reject what a real call would."""
+    if type(softcap) is not float:  # the common case skips the slower isinstance checks below
+        if isinstance(softcap, (bool, Tensor)) or not isinstance(softcap, (numbers.Real, torch.SymFloat)):
+            # A tensor would have to be read back (a synchronisation); a bool is a mistake.
+            raise ArgumentTypeError(f"softcap must be a Python float, got {type(softcap).__name__}")
+        softcap = float(softcap)
+    if not 0.0 <= softcap < math.inf:  # NaN fails both comparisons
+        raise InvalidArgumentError(f"softcap is {softcap} but must be 0 (off) or a positive finite cap: scores "
+                                   "become softcap * tanh(score / softcap)")
+    return softcap
 
 
 # --- launches -------------------------------------------------------------------------------------
@@ -169,6 +205,17 @@ def _page_table_fields(t: Optional[Tensor]) -> tuple:
         return _capi.EMPTY_PAGE_TABLE
     # A single row's stride is never used; 0 tells the library so (it means max_pages).
     return (t.data_ptr(), t.shape[0], t.shape[1], t.stride(0) if t.shape[0] > 1 else 0)
+
+
+def _sink(t: Optional[Tensor]) -> Optional[Tensor]:
+    """learnable_sink as the library reads it: one contiguous logit per head (a copy of a strided
+    view). Callers hold the result until the launch, so that no allocation in between reuses a
+    copy's memory."""
+    return t if t is None or t.stride(0) == 1 or t.shape[0] <= 1 else t.contiguous()
+
+
+def _sink_fields(t: Optional[Tensor]) -> tuple:
+    return _capi.EMPTY_TENSOR if t is None else _fields(t, _capi.FLOAT32)
 
 
 class _OnDevice:
@@ -221,11 +268,18 @@ def forward_impl(
     num_splits: int = 0,
     pack_gqa: int = _capi.PACK_GQA_AUTO,
     page_table: Optional[Tensor] = None,
+    sinks: Optional[Tensor] = None,
+    softcap: float = 0.0,
     with_lse: bool = True,
 ) -> Tuple[Tensor, Optional[Tensor]]:
     """(out, lse); with_lse=False skips the LSE (None): one allocation less per call where nobody
-    needs it (inference without gradients). With page_table, k and v are pages (chunked prefill)."""
+    needs it (inference without gradients). With page_table, k and v are pages (chunked prefill);
+    sinks: the float32 (heads,) attention sinks (learnable_sink) or None; softcap: the score cap
+    (0: off), which the library validates."""
     _check_qkv(q, k, v)
+    if sinks is not None:
+        _check_sink(sinks, q)
+        sinks = _sink(sinks)
     if page_table is not None:
         _check_index_array("page_table", page_table, q.device, dims=2)
         page_table = _page_table(page_table)
@@ -262,6 +316,8 @@ def forward_impl(
         int(num_splits),
         int(pack_gqa),
         _page_table_fields(page_table),
+        _sink_fields(sinks),
+        float(softcap),
     )
     with _OnDevice(q.device) as stream:
         # The size depends on the device (its SM count), hence inside the device scope.
@@ -293,8 +349,15 @@ def backward_impl(
     window_left: int,
     window_right: int,
     deterministic: bool,
-) -> Tuple[Tensor, Tensor, Tensor]:
+    sinks: Optional[Tensor] = None,
+    softcap: float = 0.0,
+) -> Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
+    """(dq, dk, dv, dsinks): dsinks, the gradient of the float32 (heads,) attention sinks, is None
+    without sinks. softcap is the forward's."""
     _check_qkv(q, k, v)
+    if sinks is not None:
+        _check_sink(sinks, q)
+        sinks = _sink(sinks)
     for name, t in (("dout", dout), ("out", out), ("lse", lse)):
         if not isinstance(t, Tensor):
             raise ArgumentTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -319,6 +382,8 @@ def backward_impl(
     dq = new(q.shape, dtype=q.dtype, device=q.device)
     dk = new(k.shape, dtype=q.dtype, device=q.device)
     dv = new(v.shape, dtype=q.dtype, device=q.device)
+    # Not zeroed: the library writes every head's gradient, 0 for heads without query rows.
+    dsinks = torch.empty(sinks.shape, dtype=torch.float32, device=q.device) if sinks is not None else None
     args = _capi.pack_backward(
         _fields(q, code),
         _fields(k, code),
@@ -335,19 +400,22 @@ def backward_impl(
         int(window_right),
         varlen_fields,
         int(bool(deterministic)),
+        _sink_fields(sinks),
+        _sink_fields(dsinks),
+        float(softcap),
     )
     workspace_bytes = _capi.backward_workspace_size(args)
     # From the caching allocator: no cudaMalloc per call, and capturable in a CUDA graph.
     workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device) if workspace_bytes else None
     with _OnDevice(q.device) as stream:
         _capi.backward(args, workspace.data_ptr() if workspace is not None else 0, workspace_bytes, stream)
-    return dq, dk, dv
+    return dq, dk, dv, dsinks
 
 
 _NO_ROTARY = (*_capi.EMPTY_TENSOR, *_capi.EMPTY_TENSOR)
 
 
-def _check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, page_table, index_arrays) -> None:
+def _check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, page_table, index_arrays, sinks) -> None:
     """forward_kvcache's types, devices and dtypes (index_arrays: (name, tensor or None) pairs), and
     the pairs that come together."""
     for a, b, name_a, name_b in ((k, v, "k", "v"), (rotary_cos, rotary_sin, "rotary_cos", "rotary_sin")):
@@ -363,6 +431,8 @@ def _check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, page_table
             _check_index_array(name, t, q.device)
     if page_table is not None:
         _check_index_array("page_table", page_table, q.device, dims=2)
+    if sinks is not None:
+        _check_sink(sinks, q)
 
 
 def forward_kvcache_impl(
@@ -388,14 +458,17 @@ def forward_kvcache_impl(
     rotary_interleaved: bool,
     num_splits: int,
     pack_gqa: int,
+    sinks: Optional[Tensor] = None,
+    softcap: float = 0.0,
     with_lse: bool = True,
 ) -> Tuple[Tensor, Optional[Tensor]]:
     """(out, lse) of one step against a KV cache; k_cache and v_cache are updated in place where
-    k and v are given. with_lse=False skips the LSE (None)."""
+    k and v are given. with_lse=False skips the LSE (None); sinks and softcap as in forward_impl."""
     index_arrays = (("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx),
                     ("cache_leftpad", cache_leftpad), ("cu_seqlens_q", cu_seqlens_q),
                     ("cu_seqlens_k_new", cu_seqlens_k_new), ("rotary_seqlens", rotary_seqlens))  # fmt: skip
-    _check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, page_table, index_arrays)
+    _check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, page_table, index_arrays, sinks)
+    sinks = _sink(sinks)
     code = _DTYPE_CODES[q.dtype]
     lse = None
     if cu_seqlens_q is not None:
@@ -434,6 +507,8 @@ def forward_kvcache_impl(
         max_seqlen_q=int(max_seqlen_q),
         num_splits=int(num_splits),
         pack_gqa=int(pack_gqa),
+        sinks=_sink_fields(sinks),
+        softcap=float(softcap),
     )
     with _OnDevice(q.device) as stream:
         workspace_bytes = _capi.forward_kvcache_workspace_size(args)
@@ -444,6 +519,10 @@ def forward_kvcache_impl(
 
 
 # --- torch.library operators (torch.compile, tracing) --------------------------------------------
+#
+# learnable_sink and then softcap come last in each schema, with defaults, so that calls written for
+# the schemas from before them keep working; the backward operators also return the sink's
+# gradient as a fourth tensor (empty without a sink), so their callers unpack four now.
 
 
 @torch.library.custom_op("hopattn::forward", mutates_args=())
@@ -458,16 +537,25 @@ def _forward_op(
     deterministic: bool,
     num_splits: int,
     pack_gqa: int,
+    learnable_sink: Optional[Tensor] = None,
+    softcap: float = 0.0,
 ) -> Tuple[Tensor, Tensor]:
     return forward_impl(
-        q, k, v, None, None, None, None, 0, 0, softmax_scale, causal, window_left, window_right, num_splits, pack_gqa
-    )
+        q, k, v, None, None, None, None, 0, 0, softmax_scale, causal, window_left, window_right, num_splits, pack_gqa,
+        None, learnable_sink, softcap,
+    )  # fmt: skip
 
 
 @_forward_op.register_fake
-def _forward_fake(q, k, v, softmax_scale, causal, window_left, window_right, deterministic, num_splits, pack_gqa):
+def _forward_fake(
+    q, k, v, softmax_scale, causal, window_left, window_right, deterministic, num_splits, pack_gqa, learnable_sink=None,
+    softcap=0.0,
+):  # fmt: skip
     _check_qkv(q, k, v)
     _check_rank(q, k, v, varlen=False)
+    if learnable_sink is not None:
+        _check_sink(learnable_sink, q)
+    _softcap(softcap)
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
@@ -490,10 +578,12 @@ def _forward_varlen_op(
     num_splits: int,
     pack_gqa: int,
     page_table: Optional[Tensor] = None,
+    learnable_sink: Optional[Tensor] = None,
+    softcap: float = 0.0,
 ) -> Tuple[Tensor, Tensor]:
     return forward_impl(
         q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k,
-        softmax_scale, causal, window_left, window_right, num_splits, pack_gqa, page_table,
+        softmax_scale, causal, window_left, window_right, num_splits, pack_gqa, page_table, learnable_sink, softcap,
     )  # fmt: skip
 
 
@@ -501,6 +591,7 @@ def _forward_varlen_op(
 def _forward_varlen_fake(
     q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k,
     softmax_scale, causal, window_left, window_right, deterministic, num_splits, pack_gqa, page_table=None,
+    learnable_sink=None, softcap=0.0,
 ):  # fmt: skip
     _check_qkv(q, k, v)
     if page_table is None:
@@ -509,6 +600,9 @@ def _forward_varlen_fake(
         _check_index_array("page_table", page_table, q.device, dims=2)
         _check_paged_rank(q, k, v)
     _check_varlen(q, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
+    if learnable_sink is not None:
+        _check_sink(learnable_sink, q)
+    _softcap(softcap)
     return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
@@ -536,11 +630,13 @@ def _forward_kvcache_op(
     rotary_interleaved: bool,
     num_splits: int,
     pack_gqa: int,
+    learnable_sink: Optional[Tensor] = None,
+    softcap: float = 0.0,
 ) -> Tuple[Tensor, Tensor]:
     return forward_kvcache_impl(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, page_table,
         cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, rotary_seqlens, softmax_scale, causal, window_left,
-        window_right, rotary_interleaved, num_splits, pack_gqa,
+        window_right, rotary_interleaved, num_splits, pack_gqa, learnable_sink, softcap,
     )  # fmt: skip
 
 
@@ -548,12 +644,13 @@ def _forward_kvcache_op(
 def _forward_kvcache_fake(
     q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, page_table,
     cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, rotary_seqlens, softmax_scale, causal, window_left, window_right,
-    rotary_interleaved, num_splits, pack_gqa,
+    rotary_interleaved, num_splits, pack_gqa, learnable_sink=None, softcap=0.0,
 ):  # fmt: skip
     index_arrays = (("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx),
                     ("cache_leftpad", cache_leftpad), ("cu_seqlens_q", cu_seqlens_q),
                     ("cu_seqlens_k_new", cu_seqlens_k_new), ("rotary_seqlens", rotary_seqlens))  # fmt: skip
-    _check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, page_table, index_arrays)
+    _check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, page_table, index_arrays, learnable_sink)
+    _softcap(softcap)
     varlen = cu_seqlens_q is not None
     want, dims = (3, "(total_q, heads, head_dim)") if varlen else (4, "(batch, seqlen_q, heads, head_dim)")
     if q.dim() != want:
@@ -561,6 +658,16 @@ def _forward_kvcache_fake(
     if varlen:
         return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
+
+def _sink_gradient(dsink: Optional[Tensor], q: Tensor) -> Tensor:
+    """The backward operators' last output: the sink's gradient, or an empty (0,) tensor without
+    a sink (an operator returns tensors, never None)."""
+    return dsink if dsink is not None else q.new_empty((0,), dtype=torch.float32)
+
+
+def _sink_gradient_fake(sink: Optional[Tensor], q: Tensor) -> Tensor:
+    return q.new_empty((sink.shape[0] if sink is not None else 0,), dtype=torch.float32)
 
 
 @torch.library.custom_op("hopattn::backward", mutates_args=())
@@ -576,16 +683,23 @@ def _backward_op(
     window_left: int,
     window_right: int,
     deterministic: bool,
-) -> Tuple[Tensor, Tensor, Tensor]:
-    return backward_impl(
+    learnable_sink: Optional[Tensor] = None,
+    softcap: float = 0.0,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    dq, dk, dv, dsink = backward_impl(
         dout, q, k, v, out, lse, None, None, None, None, 0, 0,
-        softmax_scale, causal, window_left, window_right, deterministic,
+        softmax_scale, causal, window_left, window_right, deterministic, learnable_sink, softcap,
     )  # fmt: skip
+    return dq, dk, dv, _sink_gradient(dsink, q)
 
 
 @_backward_op.register_fake
-def _backward_fake(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, deterministic):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+def _backward_fake(
+    dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, deterministic, learnable_sink=None,
+    softcap=0.0,
+):  # fmt: skip
+    _softcap(softcap)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), _sink_gradient_fake(learnable_sink, q)
 
 
 @torch.library.custom_op("hopattn::backward_varlen", mutates_args=())
@@ -607,33 +721,39 @@ def _backward_varlen_op(
     window_left: int,
     window_right: int,
     deterministic: bool,
-) -> Tuple[Tensor, Tensor, Tensor]:
-    return backward_impl(
+    learnable_sink: Optional[Tensor] = None,
+    softcap: float = 0.0,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    dq, dk, dv, dsink = backward_impl(
         dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k,
-        softmax_scale, causal, window_left, window_right, deterministic,
+        softmax_scale, causal, window_left, window_right, deterministic, learnable_sink, softcap,
     )  # fmt: skip
+    return dq, dk, dv, _sink_gradient(dsink, q)
 
 
 @_backward_varlen_op.register_fake
 def _backward_varlen_fake(
     dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k,
-    softmax_scale, causal, window_left, window_right, deterministic,
+    softmax_scale, causal, window_left, window_right, deterministic, learnable_sink=None, softcap=0.0,
 ):  # fmt: skip
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    _softcap(softcap)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), _sink_gradient_fake(learnable_sink, q)
 
 
 def _setup_forward(ctx, inputs, output):
-    q, k, v, softmax_scale, causal, window_left, window_right, deterministic, _num_splits, _pack_gqa = inputs
+    (q, k, v, softmax_scale, causal, window_left, window_right, deterministic, _num_splits, _pack_gqa, sink,
+     softcap) = inputs  # fmt: skip
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.save_for_backward(q, k, v, out, lse, sink)
     ctx.params = (softmax_scale, causal, window_left, window_right, deterministic)
+    ctx.softcap = softcap
     ctx.mark_non_differentiable(lse)
 
 
 def _backward_forward(ctx, dout, dlse):
-    q, k, v, out, lse = ctx.saved_tensors
-    dq, dk, dv = torch.ops.hopattn.backward(dout, q, k, v, out, lse, *ctx.params)
-    return (dq, dk, dv) + (None,) * 7
+    q, k, v, out, lse, sink = ctx.saved_tensors
+    dq, dk, dv, dsink = torch.ops.hopattn.backward(dout, q, k, v, out, lse, *ctx.params, sink, ctx.softcap)
+    return (dq, dk, dv) + (None,) * 7 + (dsink if sink is not None else None, None)
 
 
 _forward_op.register_autograd(_backward_forward, setup_context=_setup_forward)
@@ -641,10 +761,11 @@ _forward_op.register_autograd(_backward_forward, setup_context=_setup_forward)
 
 def _setup_forward_varlen(ctx, inputs, output):
     (q, k, v, cu_q, cu_k, used_q, used_k, max_q, max_k, softmax_scale, causal, window_left, window_right,
-     deterministic, _num_splits, _pack_gqa, page_table) = inputs  # fmt: skip
+     deterministic, _num_splits, _pack_gqa, page_table, sink, softcap) = inputs  # fmt: skip
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_q, used_k)
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_q, used_k, sink)
     ctx.params = (max_q, max_k, softmax_scale, causal, window_left, window_right, deterministic)
+    ctx.softcap = softcap
     ctx.paged = page_table is not None
     ctx.mark_non_differentiable(lse)
 
@@ -652,9 +773,11 @@ def _setup_forward_varlen(ctx, inputs, output):
 def _backward_forward_varlen(ctx, dout, dlse):
     if ctx.paged:
         raise NotSupportedError("hopattn: attention over paged K/V (page_table) is forward only; it has no backward")
-    q, k, v, out, lse, cu_q, cu_k, used_q, used_k = ctx.saved_tensors
-    dq, dk, dv = torch.ops.hopattn.backward_varlen(dout, q, k, v, out, lse, cu_q, cu_k, used_q, used_k, *ctx.params)
-    return (dq, dk, dv) + (None,) * 14
+    q, k, v, out, lse, cu_q, cu_k, used_q, used_k, sink = ctx.saved_tensors
+    dq, dk, dv, dsink = torch.ops.hopattn.backward_varlen(
+        dout, q, k, v, out, lse, cu_q, cu_k, used_q, used_k, *ctx.params, sink, ctx.softcap
+    )
+    return (dq, dk, dv) + (None,) * 14 + (dsink if sink is not None else None, None)
 
 
 _forward_varlen_op.register_autograd(_backward_forward_varlen, setup_context=_setup_forward_varlen)
@@ -665,12 +788,15 @@ _forward_varlen_op.register_autograd(_backward_forward_varlen, setup_context=_se
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, softmax_scale, causal, window_left, window_right, deterministic, num_splits, pack_gqa):
+    def forward(ctx, q, k, v, softmax_scale, causal, window_left, window_right, deterministic, num_splits, pack_gqa,
+                sink, softcap):  # fmt: skip
         out, lse = forward_impl(
-            q, k, v, None, None, None, None, 0, 0, softmax_scale, causal, window_left, window_right, num_splits, pack_gqa
-        )
-        ctx.save_for_backward(q, k, v, out, lse)
+            q, k, v, None, None, None, None, 0, 0, softmax_scale, causal, window_left, window_right, num_splits,
+            pack_gqa, None, sink, softcap,
+        )  # fmt: skip
+        ctx.save_for_backward(q, k, v, out, lse, sink)
         ctx.params = (softmax_scale, causal, window_left, window_right, deterministic)
+        ctx.softcap = softcap
         ctx.mark_non_differentiable(lse)
         ctx.set_materialize_grads(False)  # no zero tensor for lse's (ignored) gradient
         return out, lse
@@ -678,21 +804,25 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, dlse):
         if dout is None:  # out did not reach the loss
-            return (None,) * 10
-        q, k, v, out, lse = ctx.saved_tensors
+            return (None,) * 12
+        q, k, v, out, lse, sink = ctx.saved_tensors
         s, c, wl, wr, det = ctx.params
-        dq, dk, dv = backward_impl(dout, q, k, v, out, lse, None, None, None, None, 0, 0, s, c, wl, wr, det)
-        return (dq, dk, dv) + (None,) * 7
+        dq, dk, dv, dsink = backward_impl(dout, q, k, v, out, lse, None, None, None, None, 0, 0, s, c, wl, wr, det,
+                                          sink, ctx.softcap)  # fmt: skip
+        return (dq, dk, dv) + (None,) * 7 + (dsink, None)
 
 
 class _AttentionVarlen(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, cu_q, cu_k, used_q, used_k, max_q, max_k, softmax_scale, causal, wl, wr, det, splits, pack):
+    def forward(ctx, q, k, v, cu_q, cu_k, used_q, used_k, max_q, max_k, softmax_scale, causal, wl, wr, det, splits,
+                pack, sink, softcap):  # fmt: skip
         out, lse = forward_impl(
-            q, k, v, cu_q, cu_k, used_q, used_k, max_q, max_k, softmax_scale, causal, wl, wr, splits, pack
-        )
-        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_q, used_k)
+            q, k, v, cu_q, cu_k, used_q, used_k, max_q, max_k, softmax_scale, causal, wl, wr, splits, pack, None, sink,
+            softcap,
+        )  # fmt: skip
+        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_q, used_k, sink)
         ctx.params = (max_q, max_k, softmax_scale, causal, wl, wr, det)
+        ctx.softcap = softcap
         ctx.mark_non_differentiable(lse)
         ctx.set_materialize_grads(False)
         return out, lse
@@ -700,11 +830,12 @@ class _AttentionVarlen(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, dlse):
         if dout is None:
-            return (None,) * 16
-        q, k, v, out, lse, cu_q, cu_k, used_q, used_k = ctx.saved_tensors
+            return (None,) * 18
+        q, k, v, out, lse, cu_q, cu_k, used_q, used_k, sink = ctx.saved_tensors
         max_q, max_k, s, c, wl, wr, det = ctx.params
-        dq, dk, dv = backward_impl(dout, q, k, v, out, lse, cu_q, cu_k, used_q, used_k, max_q, max_k, s, c, wl, wr, det)
-        return (dq, dk, dv) + (None,) * 13
+        dq, dk, dv, dsink = backward_impl(dout, q, k, v, out, lse, cu_q, cu_k, used_q, used_k, max_q, max_k, s, c, wl,
+                                          wr, det, sink, ctx.softcap)  # fmt: skip
+        return (dq, dk, dv) + (None,) * 13 + (dsink, None)
 
 
 def _use_ops(*tensors) -> bool:
@@ -720,7 +851,8 @@ def _use_ops(*tensors) -> bool:
             continue
         if not isinstance(t, Tensor):
             return False  # the eager path's checks reject it with a TypeError
-        if type(t) is not Tensor or t.device.type == "meta":
+        # nn.Parameter (a learned sink) is a plain tensor for this purpose: the eager path is faster.
+        if type(t) not in (Tensor, torch.nn.Parameter) or t.device.type == "meta":
             return True
     return False
 
@@ -754,8 +886,11 @@ def attention(
     return_lse: bool = False,
     num_splits: int = 0,
     pack_gqa: Optional[bool] = None,
+    learnable_sink: Optional[Tensor] = None,
+    softcap: float = 0.0,
 ):
-    """Exact attention softmax(scale * Q K^T + mask) V on a Hopper GPU, differentiable in q, k, v.
+    """Exact attention softmax(scale * Q K^T + mask) V on a Hopper GPU, differentiable in q, k, v
+    (and learnable_sink).
 
     Args:
         q: (batch, seqlen_q, heads, head_dim), float16 or bfloat16, on a CUDA (sm_90) device.
@@ -771,7 +906,8 @@ def attention(
             shift = seqlen_k - seqlen_q, query i sees key j iff
             i + shift - left <= j <= i + shift + right. causal=True is right = 0 (left stays, so
             causal with left >= 0 is a causal sliding window); causal with right > 0 is rejected.
-            A query that sees no key gets out = 0 and lse = -inf.
+            A query that sees no key gets out = 0 and lse = -inf (lse = the sink with
+            learnable_sink).
         deterministic: bitwise-reproducible backward.
         return_lse: also return the log-sum-exp.
         num_splits: the forward's key splits per query tile (decode): 0 lets the library choose,
@@ -779,12 +915,23 @@ def attention(
             repeat bitwise whatever it is.
         pack_gqa: whether the forward packs a GQA group's query heads into one tile (decode);
             None lets the library choose.
+        learnable_sink: optional attention sinks (gpt-oss; FlashAttention-4's argument of this
+            name): float32 (heads,) on q's device, one logit per query head that joins every
+            row's softmax denominator without a value and without softmax_scale, so out shrinks
+            by the sink's share: out_i = sum_j p_ij v_j with
+            p_ij = exp(s_ij) / (exp(sink_h) + sum_j' exp(s_ij')). Differentiable: its gradient is
+            summed over the batch and the query rows (bitwise the same on every run).
+        softcap: score softcapping (Gemma 2; FlashAttention's argument of this name): a float
+            > 0 caps every score at s_ij = softcap * tanh(scale * q_i . k_j / softcap) before the
+            mask and the softmax (the gradients follow the cap); 0 (the default) leaves the scores
+            alone. Negative, NaN or infinite caps raise ValueError.
 
     Returns:
         out, (batch, seqlen_q, heads, head_dim) in q's dtype; with return_lse=True the pair
         (out, lse), lse float32 of shape (batch, heads, seqlen_q) (note: heads before seqlen),
-        natural log of sum_j exp(scale * q_i . k_j) over visible keys. lse is not differentiable
-        (a gradient flowing into it is ignored).
+        natural log of sum_j exp(s_ij) over visible keys, s_ij = scale * q_i . k_j (capped with
+        softcap), plus exp(sink) with learnable_sink. lse is not differentiable (a gradient
+        flowing into it is ignored).
 
     Raises:
         TypeError (ArgumentTypeError) for non-tensors or wrong dtypes; ValueError
@@ -795,16 +942,16 @@ def attention(
     """
     window_left, window_right = _window(window_size)
     scale = _scale(softmax_scale)
+    softcap = _softcap(softcap)
     layout = (int(num_splits), _pack_gqa_code(pack_gqa))
-    if _use_ops(q, k, v):
-        out, lse = torch.ops.hopattn.forward(
-            q, k, v, scale, bool(causal), window_left, window_right, bool(deterministic), *layout
-        )
-    elif _needs_grad(q, k, v):
-        out, lse = _Attention.apply(q, k, v, scale, bool(causal), window_left, window_right, bool(deterministic), *layout)
+    args = (q, k, v, scale, bool(causal), window_left, window_right, bool(deterministic))
+    if _use_ops(q, k, v, learnable_sink):
+        out, lse = torch.ops.hopattn.forward(*args, *layout, learnable_sink, softcap)
+    elif _needs_grad(q, k, v, learnable_sink):
+        out, lse = _Attention.apply(*args, *layout, learnable_sink, softcap)
     else:
         out, lse = forward_impl(q, k, v, None, None, None, None, 0, 0, scale, causal, window_left, window_right, *layout,
-                                with_lse=return_lse)
+                                None, learnable_sink, softcap, with_lse=return_lse)
     return (out, lse) if return_lse else out
 
 
@@ -827,8 +974,11 @@ def attention_varlen(
     num_splits: int = 0,
     pack_gqa: Optional[bool] = None,
     page_table: Optional[Tensor] = None,
+    learnable_sink: Optional[Tensor] = None,
+    softcap: float = 0.0,
 ):
-    """Attention over a packed batch of variable-length sequences; differentiable in q, k, v.
+    """Attention over a packed batch of variable-length sequences; differentiable in q, k, v (and
+    learnable_sink).
 
     Args:
         q: (total_q, heads, head_dim); k, v: (total_k, heads_kv, head_dim); dtypes, GQA and strides
@@ -849,12 +999,14 @@ def attention_varlen(
             must be None and seqused_k gives each sequence's key count (default: all
             max_pages * page_size; max_seqlen_k is not used). Forward only: NotImplementedError
             when a gradient is asked for.
+        learnable_sink: optional float32 (heads,) attention sinks, as in attention().
+        softcap: score softcapping, as in attention().
 
     Returns:
         out (total_q, heads, head_dim), or (out, lse) with return_lse=True, lse float32 of shape
         (heads, total_q) (heads first, tokens packed as in q). Rows that belong to no sequence or
-        lie beyond seqused get out = 0 and lse = -inf, like rows that see no key, and zero
-        gradients.
+        lie beyond seqused get out = 0 and lse = -inf, like rows that see no key (whose lse is the
+        sink with learnable_sink), and zero gradients.
 
     Raises:
         As attention(); also TypeError when cu_seqlens/seqused are not int32 or max_seqlen is not
@@ -870,20 +1022,22 @@ def attention_varlen(
         if cu_seqlens_k is not None:
             raise InvalidArgumentError("cu_seqlens_k must be None with page_table: the page table locates each "
                                        "sequence's keys and seqused_k counts them")
-        if _needs_grad(q, k, v):
+        if _needs_grad(q, k, v, learnable_sink):
             raise NotSupportedError("hopattn: attention over paged K/V (page_table) is forward only; call it under "
                                     "torch.no_grad() or on tensors that do not require grad")
     _check_max_seqlens(max_seqlen_q, max_seqlen_k)  # before the dispatcher, which would convert a tensor
     scale = _scale(softmax_scale)
+    softcap = _softcap(softcap)
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, scale,
             bool(causal), window_left, window_right)  # fmt: skip
     layout = (int(num_splits), _pack_gqa_code(pack_gqa))
-    if _use_ops(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, page_table):
-        out, lse = torch.ops.hopattn.forward_varlen(*args, bool(deterministic), *layout, page_table)
-    elif _needs_grad(q, k, v):
-        out, lse = _AttentionVarlen.apply(*args, bool(deterministic), *layout)
+    if _use_ops(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, page_table, learnable_sink):
+        out, lse = torch.ops.hopattn.forward_varlen(*args, bool(deterministic), *layout, page_table, learnable_sink,
+                                                    softcap)  # fmt: skip
+    elif _needs_grad(q, k, v, learnable_sink):
+        out, lse = _AttentionVarlen.apply(*args, bool(deterministic), *layout, learnable_sink, softcap)
     else:
-        out, lse = forward_impl(*args, *layout, page_table, with_lse=return_lse)
+        out, lse = forward_impl(*args, *layout, page_table, learnable_sink, softcap, with_lse=return_lse)
     return (out, lse) if return_lse else out
 
 
@@ -911,6 +1065,8 @@ def attention_with_kvcache(
     num_splits: int = 0,
     pack_gqa: Optional[bool] = None,
     return_lse: bool = False,
+    learnable_sink: Optional[Tensor] = None,
+    softcap: float = 0.0,
 ):
     """One inference step against a KV cache (FlashAttention-3's flash_attn_with_kvcache): the new
     keys and values k, v (if given) are written into the cache at cache_seqlens, in place, rotary
@@ -945,6 +1101,9 @@ def attention_with_kvcache(
         rotary_interleaved: True rotates pairs (2i, 2i + 1) (GPT-J), False (i, i + rotary_dim / 2)
             (GPT-NeoX).
         return_lse: also return the log-sum-exp.
+        learnable_sink: optional float32 (heads,) attention sinks, as in attention() (no
+            gradient: this call is forward only).
+        softcap: score softcapping, as in attention().
 
     Returns:
         out like q, or (out, lse) with return_lse=True, lse float32 (batch, heads, seqlen_q), or
@@ -957,6 +1116,9 @@ def attention_with_kvcache(
         for full caches (cache_seqlens=None).
     """
     window_left, window_right = _window(window_size)
+    if _needs_grad(learnable_sink):
+        raise NotSupportedError("hopattn: attention_with_kvcache is forward only; learnable_sink gets no gradient "
+                                "here (call it under torch.no_grad() or with a sink that does not require grad)")
     if cu_seqlens_q is not None:
         _check_max_seqlens(max_seqlen_q, 0)  # before the dispatcher, which would convert a tensor
     else:
@@ -966,9 +1128,9 @@ def attention_with_kvcache(
     args = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
             page_table, cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, rotary_seqlens, _scale(softmax_scale),
             bool(causal), window_left, window_right, bool(rotary_interleaved), int(num_splits),
-            _pack_gqa_code(pack_gqa))  # fmt: skip
+            _pack_gqa_code(pack_gqa), learnable_sink, _softcap(softcap))  # fmt: skip
     if _use_ops(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
-                page_table, cu_seqlens_q, cu_seqlens_k_new, rotary_seqlens):  # fmt: skip
+                page_table, cu_seqlens_q, cu_seqlens_k_new, rotary_seqlens, learnable_sink):  # fmt: skip
         out, lse = torch.ops.hopattn.forward_kvcache(*args)
     else:
         out, lse = forward_kvcache_impl(*args, with_lse=return_lse)

@@ -11,15 +11,19 @@ and return values are FlashAttention-3's:
 - window_size=(left, right), -1 unbounded; query i sees key j iff
   i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right; causal=True sets
   right = 0 (as FlashAttention-3 does, so causal with a right window is not an error here);
-- softmax_scale=None is 1/sqrt(head_dim); GQA/MQA by head counts; deterministic backward.
+- softmax_scale=None is 1/sqrt(head_dim); GQA/MQA by head counts; deterministic backward;
+- softcap > 0 caps the scores at softcap * tanh(softmax_scale * q.k / softcap) (Gemma 2), forward
+  and backward; 0 is off; a negative or non-finite softcap raises ValueError.
 Not supported (NotImplementedError, a RuntimeError): qv, q/k/v_descale (FP8), attention_chunk != 0,
-softcap != 0, scheduler_metadata (flash_attn_with_kvcache: only None). num_splits (1: no split, 0:
-chosen, n: up to n key splits; they need no workspace from the caller) and pack_gqa (None: chosen)
-are honoured; sm_margin is accepted and ignored. Inputs (not the KV cache, which is updated in
-place) whose last dimension is not contiguous are copied first, as FlashAttention-3 does.
+scheduler_metadata (flash_attn_with_kvcache: only None). num_splits (1: no split, 0: chosen, n: up
+to n key splits; they need no workspace from the caller) and pack_gqa (None: chosen) are honoured;
+sm_margin is accepted and ignored. Inputs (not the KV cache, which is updated in place) whose last
+dimension is not contiguous are copied first, as FlashAttention-3 does.
 FlashAttention-3's flash_attn_varlen_func takes no page table; hopattn.attention_varlen(...,
 page_table=) runs the varlen forward on a paged cache (chunked prefill), as flash_attn_with_kvcache
-with cu_seqlens_q does.
+with cu_seqlens_q does. Likewise FlashAttention-3 has no attention sinks, so these functions take
+none: hopattn.attention, attention_varlen and attention_with_kvcache take them as learnable_sink=
+(FlashAttention-4's name for them), differentiable except in attention_with_kvcache.
 """
 
 from . import _torch
@@ -32,15 +36,13 @@ def _maybe_contiguous(x):
     return x.contiguous() if x is not None and hasattr(x, "stride") and x.stride(-1) != 1 else x
 
 
-def _reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk, softcap):
+def _reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk):
     if qv is not None:
         raise NotSupportedError("hopattn: qv is not supported")
     if q_descale is not None or k_descale is not None or v_descale is not None:
         raise NotSupportedError("hopattn: FP8 inputs (q_descale/k_descale/v_descale) are not supported yet")
     if attention_chunk:
         raise NotSupportedError(f"hopattn: attention_chunk={attention_chunk} is not supported (only 0)")
-    if softcap:
-        raise NotSupportedError(f"hopattn: softcap={softcap} is not supported yet (only 0.0)")
 
 
 def _window(causal, window_size):
@@ -71,7 +73,7 @@ def flash_attn_func(
     k, v: (batch, seqlen_k, heads_kv, head_dim). Returns out (batch, seqlen_q, heads, head_dim),
     or (out, softmax_lse) with return_attn_probs=True, softmax_lse float32 (batch, heads, seqlen_q).
     See hopattn.attention for the mask and the errors."""
-    _reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk, softcap)
+    _reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk)
     q, k, v = _maybe_contiguous(q), _maybe_contiguous(k), _maybe_contiguous(v)
     return _torch.attention(
         q,
@@ -84,6 +86,7 @@ def flash_attn_func(
         return_lse=return_attn_probs,
         num_splits=num_splits,
         pack_gqa=pack_gqa,
+        softcap=softcap,
     )
 
 
@@ -116,7 +119,7 @@ def flash_attn_varlen_func(
     k, v: (total_k, heads_kv, head_dim), cu_seqlens_* int32 (batch + 1,), max_seqlen_* Python ints.
     Returns out (total_q, heads, head_dim), or (out, softmax_lse) with return_attn_probs=True,
     softmax_lse float32 (heads, total_q). See hopattn.attention_varlen."""
-    _reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk, softcap)
+    _reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk)
     q, k, v = _maybe_contiguous(q), _maybe_contiguous(k), _maybe_contiguous(v)
     return _torch.attention_varlen(
         q,
@@ -135,6 +138,7 @@ def flash_attn_varlen_func(
         return_lse=return_attn_probs,
         num_splits=num_splits,
         pack_gqa=pack_gqa,
+        softcap=softcap,
     )
 
 
@@ -175,7 +179,7 @@ def flash_attn_with_kvcache(
     caches), rotated with rotary_cos/rotary_sin if given, then q attends to the cache. Returns out,
     or (out, softmax_lse) with return_softmax_lse=True. No backward. See
     hopattn.attention_with_kvcache."""
-    _reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk, softcap)
+    _reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk)
     if scheduler_metadata is not None:
         raise NotSupportedError("hopattn: scheduler_metadata is not supported (only None); hopattn plans the "
                                 "split schedule itself")
@@ -204,4 +208,5 @@ def flash_attn_with_kvcache(
         num_splits=num_splits,
         pack_gqa=pack_gqa,
         return_lse=return_softmax_lse,
+        softcap=softcap,
     )

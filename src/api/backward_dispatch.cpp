@@ -16,15 +16,18 @@ using BackwardLauncher = cudaError_t (*)(const Problem&, const BackwardTensors&,
 struct BackwardKernelEntry {
   DType dtype;
   int head_dim;
+  ScoreVariant scores;
   BackwardLauncher launch;
 };
 
-// One entry per backward instantiation this build compiled (HOPATTN_HEADDIMS/HOPATTN_DTYPES).
+// One entry per backward instantiation this build compiled (HOPATTN_HEADDIMS/HOPATTN_DTYPES and
+// HOPATTN_SOFTCAP).
 constexpr BackwardKernelEntry kBackwardKernels[] = {
-#define HOPATTN_KERNEL(dtype, head_dim) {DType::dtype, head_dim, &launch_backward_kernels<DType::dtype, head_dim>},
+#define HOPATTN_KERNEL(dtype, head_dim, scores) \
+  {DType::dtype, head_dim, ScoreVariant::scores, &launch_backward_kernels<DType::dtype, head_dim, ScoreVariant::scores>},
 #include "kernels/instantiations/backward_kernel_list.inc"
 #undef HOPATTN_KERNEL
-    {DType::kFloat32, 0, nullptr},  // end marker: a build may compile no backward kernel at all
+    {DType::kFloat32, 0, ScoreVariant::kPlain, nullptr},  // end marker: a build may compile no backward kernel
 };
 
 // Grid limits: the pre- and postprocess kernels put heads and batch on grid dimensions y and z
@@ -52,7 +55,7 @@ BackwardPlan plan_backward(const Problem& p, const BackwardTensors& t) {
     return plan;
   }
   for (const BackwardKernelEntry& e : kBackwardKernels) {
-    if (e.launch == nullptr || e.dtype != p.dtype || e.head_dim < p.head_dim) continue;
+    if (e.launch == nullptr || e.dtype != p.dtype || e.head_dim < p.head_dim || e.scores != score_variant(p)) continue;
     if (plan.kernel == nullptr || e.head_dim < plan.kernel->head_dim) plan.kernel = &e;
   }
   return plan;
@@ -78,9 +81,11 @@ Status run_backward(const Problem& problem, const BackwardTensors& tensors, void
   }
   if (plan.kernel == nullptr) {
     return Status(StatusCode::kNotSupported,
-                  std::string("this build has no backward kernel for dtype ") + dtype_name(problem.dtype) +
-                      " with head_dim >= " + std::to_string(problem.head_dim) +
-                      "; rebuild with it in the CMake options HOPATTN_DTYPES / HOPATTN_HEADDIMS");
+                  std::string("this build has no ") + (problem.softcap > 0.f ? "softcap " : "") +
+                      "backward kernel for dtype " + dtype_name(problem.dtype) + " with head_dim >= " +
+                      std::to_string(problem.head_dim) +
+                      "; rebuild with it in the CMake options HOPATTN_DTYPES / HOPATTN_HEADDIMS" +
+                      (problem.softcap > 0.f ? " and HOPATTN_SOFTCAP=ON" : ""));
   }
   return cuda_status(plan.kernel->launch(problem, tensors, workspace, deterministic, current_device_limits(), stream),
                      "backward kernel launch");

@@ -1,6 +1,8 @@
 // The C ABI: converts the POD argument structs to the C++ ones and keeps the last error message.
+#include <cstddef>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "api/build_config.hpp"
 #include "git_commit.hpp"
@@ -23,9 +25,9 @@ int report(const Status& status) {
 // Copies the caller's struct over a default-initialised one, so that a caller built against an
 // older, shorter struct gets defaults for the fields it does not know.
 template <typename CArgs>
-Status read_args(const CArgs* user, void (*init)(CArgs*), const char* name, CArgs* out) {
+Status read_args(const CArgs* user, void (*init)(CArgs*, size_t), const char* name, CArgs* out) {
   if (user == nullptr) return Status(StatusCode::kInvalidArgument, std::string(name) + " is null");
-  init(out);
+  init(out, sizeof(CArgs));
   const size_t size = user->struct_size;
   if (size < sizeof(size_t) || size > kMaxStructSize) {
     return Status(StatusCode::kInvalidArgument, std::string(name) + "->struct_size is " + std::to_string(size) +
@@ -63,15 +65,24 @@ Varlen to_varlen(const hopattn_varlen& v) {
 
 PageTable to_page_table(const hopattn_page_table& t) { return PageTable{t.data, t.batch, t.max_pages, t.row_stride}; }
 
-// Defaults of every argument struct: zeros, unbounded window, default scale.
+// Defaults of every argument struct (zeros, unbounded window, default scale, pack_gqa auto where
+// it has one) into the caller's `size` bytes: the fields that fit, zeros past the ones this
+// library knows.
 template <typename CArgs>
-void init_args(CArgs* args) {
-  if (args == nullptr) return;
-  std::memset(static_cast<void*>(args), 0, sizeof(*args));
-  args->struct_size = sizeof(*args);
-  args->softmax_scale = kDefaultSoftmaxScale;
-  args->window_left = -1;
-  args->window_right = -1;
+void init_args(CArgs* args, size_t size) {
+  if (args == nullptr || size < sizeof(size_t)) return;
+  CArgs defaults;
+  std::memset(static_cast<void*>(&defaults), 0, sizeof(defaults));
+  defaults.softmax_scale = kDefaultSoftmaxScale;
+  defaults.window_left = -1;
+  defaults.window_right = -1;
+  if constexpr (!std::is_same_v<CArgs, hopattn_backward_args>) {
+    defaults.pack_gqa = static_cast<int32_t>(PackGqa::kAuto);
+  }
+  const size_t known = size < sizeof(CArgs) ? size : sizeof(CArgs);
+  std::memcpy(static_cast<void*>(args), &defaults, known);
+  if (size > known) std::memset(reinterpret_cast<char*>(args) + known, 0, size - known);
+  args->struct_size = size;
 }
 
 // The fields forward and backward arguments share.
@@ -94,6 +105,8 @@ ForwardArgs to_forward_args(const hopattn_forward_args& a) {
   out.num_splits = a.num_splits;
   out.pack_gqa = static_cast<PackGqa>(a.pack_gqa);
   out.page_table = to_page_table(a.page_table);
+  out.sinks = to_tensor(a.sinks);
+  out.softcap = a.softcap;
   return out;
 }
 
@@ -121,6 +134,8 @@ KVCacheArgs to_kvcache_args(const hopattn_kvcache_args& a) {
   out.mask = Mask{a.causal != 0, a.window_left, a.window_right};
   out.num_splits = a.num_splits;
   out.pack_gqa = static_cast<PackGqa>(a.pack_gqa);
+  out.sinks = to_tensor(a.sinks);
+  out.softcap = a.softcap;
   return out;
 }
 
@@ -131,6 +146,9 @@ BackwardArgs to_backward_args(const hopattn_backward_args& a) {
   out.dk = to_tensor(a.dk);
   out.dv = to_tensor(a.dv);
   out.deterministic = a.deterministic != 0;
+  out.sinks = to_tensor(a.sinks);
+  out.dsinks = to_tensor(a.dsinks);
+  out.softcap = a.softcap;
   return out;
 }
 
@@ -141,28 +159,33 @@ using hopattn::Status;
 
 extern "C" {
 
-void hopattn_forward_args_init(hopattn_forward_args* args) {
-  hopattn::init_args(args);
-  if (args != nullptr) args->pack_gqa = static_cast<int32_t>(hopattn::PackGqa::kAuto);
+void hopattn_forward_args_init_sized(hopattn_forward_args* args, size_t size) { hopattn::init_args(args, size); }
+void hopattn_backward_args_init_sized(hopattn_backward_args* args, size_t size) { hopattn::init_args(args, size); }
+void hopattn_kvcache_args_init_sized(hopattn_kvcache_args* args, size_t size) { hopattn::init_args(args, size); }
+
+// The first versions' structs ended before the first field appended since: 0.1.0's forward and
+// backward arguments, and the KV-cache call's as it was introduced. (Parenthesised names: not the
+// header's macros.)
+void(hopattn_forward_args_init)(hopattn_forward_args* args) {
+  hopattn::init_args(args, offsetof(hopattn_forward_args, num_splits));
 }
-
-void hopattn_backward_args_init(hopattn_backward_args* args) { hopattn::init_args(args); }
-
-void hopattn_kvcache_args_init(hopattn_kvcache_args* args) {
-  hopattn::init_args(args);
-  if (args != nullptr) args->pack_gqa = static_cast<int32_t>(hopattn::PackGqa::kAuto);
+void(hopattn_backward_args_init)(hopattn_backward_args* args) {
+  hopattn::init_args(args, offsetof(hopattn_backward_args, sinks));
+}
+void(hopattn_kvcache_args_init)(hopattn_kvcache_args* args) {
+  hopattn::init_args(args, offsetof(hopattn_kvcache_args, sinks));
 }
 
 int hopattn_forward(const hopattn_forward_args* user, void* stream) {
   hopattn_forward_args args;
-  Status s = hopattn::read_args(user, hopattn_forward_args_init, "args", &args);
+  Status s = hopattn::read_args(user, hopattn_forward_args_init_sized, "args", &args);
   if (s.ok()) s = hopattn::forward(hopattn::to_forward_args(args), static_cast<hopattn::Stream>(stream));
   return hopattn::report(s);
 }
 
 int hopattn_forward_workspace_size(const hopattn_forward_args* user, size_t* bytes) {
   hopattn_forward_args args;
-  Status s = hopattn::read_args(user, hopattn_forward_args_init, "args", &args);
+  Status s = hopattn::read_args(user, hopattn_forward_args_init_sized, "args", &args);
   if (s.ok()) s = hopattn::forward_workspace_size(hopattn::to_forward_args(args), bytes);
   return hopattn::report(s);
 }
@@ -170,7 +193,7 @@ int hopattn_forward_workspace_size(const hopattn_forward_args* user, size_t* byt
 int hopattn_forward_with_workspace(const hopattn_forward_args* user, void* workspace, size_t workspace_bytes,
                                    void* stream) {
   hopattn_forward_args args;
-  Status s = hopattn::read_args(user, hopattn_forward_args_init, "args", &args);
+  Status s = hopattn::read_args(user, hopattn_forward_args_init_sized, "args", &args);
   if (s.ok()) {
     s = hopattn::forward(hopattn::to_forward_args(args), hopattn::Workspace{workspace, workspace_bytes},
                          static_cast<hopattn::Stream>(stream));
@@ -180,14 +203,14 @@ int hopattn_forward_with_workspace(const hopattn_forward_args* user, void* works
 
 int hopattn_forward_kvcache_workspace_size(const hopattn_kvcache_args* user, size_t* bytes) {
   hopattn_kvcache_args args;
-  Status s = hopattn::read_args(user, hopattn_kvcache_args_init, "args", &args);
+  Status s = hopattn::read_args(user, hopattn_kvcache_args_init_sized, "args", &args);
   if (s.ok()) s = hopattn::forward_kvcache_workspace_size(hopattn::to_kvcache_args(args), bytes);
   return hopattn::report(s);
 }
 
 int hopattn_forward_kvcache(const hopattn_kvcache_args* user, void* workspace, size_t workspace_bytes, void* stream) {
   hopattn_kvcache_args args;
-  Status s = hopattn::read_args(user, hopattn_kvcache_args_init, "args", &args);
+  Status s = hopattn::read_args(user, hopattn_kvcache_args_init_sized, "args", &args);
   if (s.ok()) {
     s = hopattn::forward_kvcache(hopattn::to_kvcache_args(args), hopattn::Workspace{workspace, workspace_bytes},
                                  static_cast<hopattn::Stream>(stream));
@@ -197,14 +220,14 @@ int hopattn_forward_kvcache(const hopattn_kvcache_args* user, void* workspace, s
 
 int hopattn_backward_workspace_size(const hopattn_backward_args* user, size_t* bytes) {
   hopattn_backward_args args;
-  Status s = hopattn::read_args(user, hopattn_backward_args_init, "args", &args);
+  Status s = hopattn::read_args(user, hopattn_backward_args_init_sized, "args", &args);
   if (s.ok()) s = hopattn::backward_workspace_size(hopattn::to_backward_args(args), bytes);
   return hopattn::report(s);
 }
 
 int hopattn_backward(const hopattn_backward_args* user, void* workspace, size_t workspace_bytes, void* stream) {
   hopattn_backward_args args;
-  Status s = hopattn::read_args(user, hopattn_backward_args_init, "args", &args);
+  Status s = hopattn::read_args(user, hopattn_backward_args_init_sized, "args", &args);
   if (s.ok()) {
     s = hopattn::backward(hopattn::to_backward_args(args), hopattn::Workspace{workspace, workspace_bytes},
                           static_cast<hopattn::Stream>(stream));

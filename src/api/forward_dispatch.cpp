@@ -16,23 +16,27 @@ using ForwardWorkspaceSizer = size_t (*)(const Problem&, const DeviceLimits&);
 struct ForwardKernelEntry {
   DType dtype;
   int head_dim;
+  ScoreVariant scores;
   ForwardLauncher launch;
   ForwardWorkspaceSizer workspace_bytes;
 };
 
-// One entry per instantiation this build compiled (generated from HOPATTN_HEADDIMS/HOPATTN_DTYPES).
+// One entry per instantiation this build compiled (generated from HOPATTN_HEADDIMS/HOPATTN_DTYPES
+// and HOPATTN_SOFTCAP).
 constexpr ForwardKernelEntry kForwardKernels[] = {
-#define HOPATTN_KERNEL(dtype, head_dim) \
-  {DType::dtype, head_dim, &launch_forward_kernel<DType::dtype, head_dim>, &forward_workspace_bytes<DType::dtype, head_dim>},
+#define HOPATTN_KERNEL(dtype, head_dim, scores)                                                     \
+  {DType::dtype, head_dim, ScoreVariant::scores, &launch_forward_kernel<DType::dtype, head_dim, ScoreVariant::scores>, \
+   &forward_workspace_bytes<DType::dtype, head_dim, ScoreVariant::scores>},
 #include "kernels/instantiations/kernel_list.inc"
 #undef HOPATTN_KERNEL
 };
 
-// The smallest compiled kernel head dim >= head_dim for this dtype (the kernel zero-pads the rest).
-const ForwardKernelEntry* find_forward_kernel(DType dtype, int head_dim) {
+// The smallest compiled kernel head dim >= the problem's for its dtype and score variant (the
+// kernel zero-pads the rest).
+const ForwardKernelEntry* find_forward_kernel(const Problem& p) {
   const ForwardKernelEntry* best = nullptr;
   for (const ForwardKernelEntry& e : kForwardKernels) {
-    if (e.dtype != dtype || e.head_dim < head_dim) continue;
+    if (e.dtype != p.dtype || e.head_dim < p.head_dim || e.scores != score_variant(p)) continue;
     if (best == nullptr || e.head_dim < best->head_dim) best = &e;
   }
   return best;
@@ -41,11 +45,13 @@ const ForwardKernelEntry* find_forward_kernel(DType dtype, int head_dim) {
 }  // namespace
 
 Status check_forward_kernel_built(const Problem& problem) {
-  if (find_forward_kernel(problem.dtype, problem.head_dim) != nullptr) return Status();
-  return Status(StatusCode::kNotSupported, std::string("this build has no forward kernel for dtype ") +
-                                               dtype_name(problem.dtype) + " with head_dim >= " +
-                                               std::to_string(problem.head_dim) +
-                                               "; rebuild with it in the CMake options HOPATTN_DTYPES / HOPATTN_HEADDIMS");
+  if (find_forward_kernel(problem) != nullptr) return Status();
+  const bool softcap = score_variant(problem) == ScoreVariant::kSoftcap;
+  return Status(StatusCode::kNotSupported,
+                std::string("this build has no ") + (softcap ? "softcap " : "") + "forward kernel for dtype " +
+                    dtype_name(problem.dtype) + " with head_dim >= " + std::to_string(problem.head_dim) +
+                    "; rebuild with it in the CMake options HOPATTN_DTYPES / HOPATTN_HEADDIMS" +
+                    (softcap ? " and HOPATTN_SOFTCAP=ON" : ""));
 }
 
 namespace {
@@ -53,7 +59,7 @@ namespace {
 // The Hopper kernel (kNotSupported when this build did not compile one for the problem).
 Status run_forward_kernel(const Problem& problem, const ForwardTensors& tensors, void* workspace, cudaStream_t stream) {
   if (Status s = check_forward_kernel_built(problem); !s.ok()) return s;
-  const ForwardKernelEntry* kernel = find_forward_kernel(problem.dtype, problem.head_dim);
+  const ForwardKernelEntry* kernel = find_forward_kernel(problem);
   return cuda_status(kernel->launch(problem, tensors, current_device_limits(), workspace, stream),
                      "forward kernel launch");
 }
@@ -81,7 +87,7 @@ bool takes_simple_path(const Problem& problem, const ForwardTensors& tensors) {
 
 size_t forward_workspace_bytes(const Problem& problem, const ForwardTensors& tensors) {
   if (problem.total_q() == 0 || takes_simple_path(problem, tensors)) return 0;
-  const ForwardKernelEntry* kernel = find_forward_kernel(problem.dtype, problem.head_dim);
+  const ForwardKernelEntry* kernel = find_forward_kernel(problem);
   return kernel == nullptr ? 0 : kernel->workspace_bytes(problem, current_device_limits());
 }
 

@@ -329,6 +329,27 @@ Status check_all(const TensorCheck (&checks)[N]) {
   return Status();
 }
 
+// Softcapping: 0 (off) or a positive, finite cap.
+Status resolve_softcap(float softcap, Problem* p) {
+  if (!std::isfinite(softcap) || softcap < 0.f) {
+    return invalid("softcap is ", softcap, " but must be 0 (off) or a positive finite cap");
+  }
+  p->softcap = softcap;
+  return Status();
+}
+
+// Attention sinks (and their gradient): optional fp32 (heads,), one logit per query head.
+Status check_sinks(const Tensor& t, const char* name, const Problem& p, bool written, const float** out) {
+  if (t.data == nullptr) {
+    if (t.rank != 0) return invalid(name, ".data is null but its rank is ", t.rank, "; leave it empty or set data");
+    return Status();
+  }
+  const ExpectedTensor want{name, 1, {p.heads}, "(heads,)"};
+  if (Status s = check_tensor(t, want, DType::kFloat32, written); !s.ok()) return s;  // contiguous too
+  *out = static_cast<const float*>(t.data);
+  return Status();
+}
+
 // The queries of a call whose keys are a KV cache's: q is (batch, seqlen_q, heads, head_dim), or
 // (total_q, heads, head_dim) with cu_seqlens_q. Sets dtype, batch, max_seqlen_q and queries.
 // Each argument with the name messages give it (they differ between ForwardArgs and KVCacheArgs).
@@ -553,6 +574,8 @@ Status validate_paged_forward(const ForwardArgs& a, Problem* p, ForwardTensors* 
   if (Status s = resolve_scores(a.mask, a.softmax_scale, p); !s.ok()) return s;
   if (Status s = resolve_forward_hints(a.num_splits, a.pack_gqa, p); !s.ok()) return s;
   if (Status s = check_cache_call_outputs(a.q, a.o, a.lse, *p, t); !s.ok()) return s;
+  if (Status s = check_sinks(a.sinks, "sinks", *p, false, &t->sinks); !s.ok()) return s;
+  if (Status s = resolve_softcap(a.softcap, p); !s.ok()) return s;
   t->k = cache_row_tensor(a.k);
   t->v = cache_row_tensor(a.v);
   return Status();
@@ -570,6 +593,7 @@ Status validate_forward(const ForwardArgs& a, Problem* p, ForwardTensors* t) {
   }
   if (Status s = resolve_problem(a.q, a.k, a.softmax_scale, a.mask, a.varlen, p); !s.ok()) return s;
   if (Status s = resolve_forward_hints(a.num_splits, a.pack_gqa, p); !s.ok()) return s;
+  if (Status s = resolve_softcap(a.softcap, p); !s.ok()) return s;
   const TensorCheck checks[] = {
       {&a.q, expect_q_like("q", *p), p->dtype, false},
       {&a.k, expect_k_like("k", *p), p->dtype, false},
@@ -583,12 +607,13 @@ Status validate_forward(const ForwardArgs& a, Problem* p, ForwardTensors* t) {
   const bool v = p->varlen();
   *t = ForwardTensors{row_tensor(a.q, v), row_tensor(a.k, v), row_tensor(a.v, v), row_tensor(a.o, v),
                       a.lse.data ? lse_row_tensor(a.lse, v) : RowTensor{}};
-  return Status();
+  return check_sinks(a.sinks, "sinks", *p, false, &t->sinks);
 }
 
 Status validate_backward(const BackwardArgs& a, Problem* p, BackwardTensors* t) {
   *p = Problem{};
   if (Status s = resolve_problem(a.q, a.k, a.softmax_scale, a.mask, a.varlen, p); !s.ok()) return s;
+  if (Status s = resolve_softcap(a.softcap, p); !s.ok()) return s;
   const TensorCheck checks[] = {
       {&a.q, expect_q_like("q", *p), p->dtype, false},         {&a.k, expect_k_like("k", *p), p->dtype, false},
       {&a.v, expect_k_like("v", *p), p->dtype, false},         {&a.o, expect_q_like("o", *p), p->dtype, false},
@@ -601,6 +626,14 @@ Status validate_backward(const BackwardArgs& a, Problem* p, BackwardTensors* t) 
   *t = BackwardTensors{row_tensor(a.q, v),  row_tensor(a.k, v),       row_tensor(a.v, v),
                        row_tensor(a.o, v),  lse_row_tensor(a.lse, v), row_tensor(a.dout, v),
                        row_tensor(a.dq, v), row_tensor(a.dk, v),      row_tensor(a.dv, v)};
+  if (Status s = check_sinks(a.sinks, "sinks", *p, false, &t->sinks); !s.ok()) return s;
+  const float* dsinks = nullptr;
+  if (Status s = check_sinks(a.dsinks, "dsinks", *p, true, &dsinks); !s.ok()) return s;
+  if ((t->sinks == nullptr) != (dsinks == nullptr)) {
+    return invalid(t->sinks ? "dsinks is missing: with sinks the backward writes their gradient there"
+                            : "dsinks is given without sinks");
+  }
+  t->dsinks = const_cast<float*>(dsinks);
   return Status();
 }
 
@@ -625,6 +658,8 @@ Status validate_kvcache(const KVCacheArgs& a, KVCacheCall* call) {
   if (Status s = check_cache_call_outputs(a.q, a.o, a.lse, *p, &call->tensors); !s.ok()) return s;
   call->tensors.k = cache_row_tensor(a.k_cache);
   call->tensors.v = cache_row_tensor(a.v_cache);
+  if (Status s = check_sinks(a.sinks, "sinks", *p, false, &call->tensors.sinks); !s.ok()) return s;
+  if (Status s = resolve_softcap(a.softcap, p); !s.ok()) return s;
 
   AppendKVParams& ap = call->append;
   ap.dtype = p->dtype;

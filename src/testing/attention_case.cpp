@@ -51,6 +51,13 @@ AttentionCase::AttentionCase(const CaseSpec& spec) : spec_(spec) {
     host_ = cpu_reference::fixed_length_problem(spec.batch, spec.seqlen_q, spec.seqlen_k, spec.heads, spec.heads_kv,
                                                 spec.head_dim, scale, mask);
   }
+  host_.softcap = spec.softcap;
+  if (!spec.sinks.empty()) {
+    if (spec.sinks.size() != size_t(spec.heads)) throw std::invalid_argument("sinks: one per query head");
+    host_.sinks.assign(spec.sinks.begin(), spec.sinks.end());
+    sinks_ = DeviceBuffer(spec.sinks.size() * sizeof(float));
+    sinks_.upload(spec.sinks.data(), sinks_.bytes());
+  }
   row_stride_q_ = int64_t{spec.heads} * spec.head_dim + spec.row_padding;
   row_stride_k_ = int64_t{spec.heads_kv} * spec.head_dim + spec.row_padding;
 
@@ -124,7 +131,8 @@ Outputs AttentionCase::new_outputs() const {
   out.dq = DeviceBuffer(row_buffer_bytes(Side::kQuery));
   out.dk = DeviceBuffer(row_buffer_bytes(Side::kKey));
   out.dv = DeviceBuffer(row_buffer_bytes(Side::kKey));
-  for (DeviceBuffer* b : {&out.o, &out.lse, &out.dq, &out.dk, &out.dv}) b->fill_bytes(0xFF);
+  out.dsinks = DeviceBuffer(size_t(spec_.heads) * sizeof(float));
+  for (DeviceBuffer* b : {&out.o, &out.lse, &out.dq, &out.dk, &out.dv, &out.dsinks}) b->fill_bytes(0xFF);
   return out;
 }
 
@@ -140,6 +148,8 @@ ForwardArgs AttentionCase::forward_args(const Outputs& out) const {
   a.varlen = varlen_args();
   a.num_splits = spec_.num_splits;
   a.pack_gqa = spec_.pack_gqa;
+  if (!spec_.sinks.empty()) a.sinks = make_tensor(sinks_.data(), DType::kFloat32, {spec_.heads});
+  a.softcap = spec_.softcap;
   return a;
 }
 
@@ -158,6 +168,9 @@ BackwardArgs AttentionCase::backward_args(const Outputs& forward, const Outputs&
   a.softmax_scale = f.softmax_scale;
   a.mask = f.mask;
   a.varlen = f.varlen;
+  a.sinks = f.sinks;
+  a.softcap = f.softcap;
+  if (!spec_.sinks.empty()) a.dsinks = make_tensor(grads.dsinks.data(), DType::kFloat32, {spec_.heads});
   return a;
 }
 
@@ -175,6 +188,17 @@ std::vector<double> AttentionCase::input(Field field) const {
 
 Downloaded AttentionCase::download(const Outputs& out, Field field) const {
   Downloaded d;
+  if (field == Field::kDsinks) {  // (heads,) float32
+    std::vector<uint32_t> raw(size_t(spec_.heads));
+    out.dsinks.download(raw.data(), raw.size() * sizeof(uint32_t));
+    for (const uint32_t bits : raw) {
+      float value;
+      std::memcpy(&value, &bits, sizeof value);
+      d.untouched.push_back(bits == kPoison32);
+      d.values.push_back(bits == kPoison32 ? std::numeric_limits<double>::quiet_NaN() : value);
+    }
+    return d;
+  }
   if (field == Field::kLse) {
     // Device (batch, heads, seqlen_q) or (heads, total_q); host (heads, total_q).
     std::vector<uint32_t> raw(out.lse.bytes() / sizeof(uint32_t));

@@ -33,6 +33,8 @@ struct CaseSpec {
   // The forward's layout options (ForwardArgs): key splits and packed GQA heads.
   int num_splits = 0;
   PackGqa pack_gqa = PackGqa::kAuto;
+  std::vector<float> sinks;  // attention sinks, one logit per query head; empty: none
+  float softcap = 0.0f;      // > 0: scores capped at softcap * tanh(score / softcap)
 
   bool varlen() const { return !varlen_seqlens_q.empty(); }
 };
@@ -40,10 +42,10 @@ struct CaseSpec {
 // Output buffers, poisoned with NaN bit patterns so that any element a kernel forgets (or writes
 // where it must not) shows.
 struct Outputs {
-  DeviceBuffer o, lse, dq, dk, dv;
+  DeviceBuffer o, lse, dq, dk, dv, dsinks;
 };
 
-enum class Field { kQ, kK, kV, kDout, kO, kLse, kDq, kDk, kDv };
+enum class Field { kQ, kK, kV, kDout, kO, kLse, kDq, kDk, kDv, kDsinks };
 
 // Device values in the packed host layout of cpu_reference; elements still holding the poison
 // pattern read as NaN and are flagged.
@@ -85,7 +87,7 @@ class AttentionCase {
   int64_t row_stride_k_ = 0;
   std::vector<uint16_t> q_bits_, k_bits_, v_bits_, dout_bits_;  // packed layout
   DeviceBuffer q_, k_, v_, dout_;
-  DeviceBuffer cu_seqlens_q_, cu_seqlens_k_, seqused_q_, seqused_k_;
+  DeviceBuffer cu_seqlens_q_, cu_seqlens_k_, seqused_q_, seqused_k_, sinks_;
 };
 
 }  // namespace hopattn::testing

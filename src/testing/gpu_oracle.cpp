@@ -54,10 +54,12 @@ OracleReports check_with_gpu_oracle(const AttentionCase& c, const Outputs& forwa
                           {"lse", Field::kLse, false, DType::kFloat32},
                           {"dq", Field::kDq, true, dtype},
                           {"dk", Field::kDk, true, dtype},
-                          {"dv", Field::kDv, true, dtype}};
+                          {"dv", Field::kDv, true, dtype},
+                          {"dsinks", Field::kDsinks, true, DType::kFloat32}};
   OracleReports reports;
   for (const Check& check : checks) {
     if (check.backward && !with_backward) continue;
+    if (check.field == Field::kDsinks && c.spec().sinks.empty()) continue;
     const Outputs& got = check.backward ? *grads : forward_out;
     const Outputs& want = check.backward ? exact.grads : exact.fwd;
     const Outputs& bound = check.backward ? naive.grads : naive.fwd;

@@ -7,8 +7,16 @@
 int main(void) {
   hopattn_forward_args args;
   hopattn_forward_args_init(&args);
-  if (args.struct_size != sizeof(args) || args.window_left != -1) {
+  if (args.struct_size != sizeof(args) || args.window_left != -1 || args.sinks.data != NULL || args.sinks.rank != 0 ||
+      args.softcap != 0.0f) {
     fprintf(stderr, "hopattn_forward_args_init did not set the defaults\n");
+    return 1;
+  }
+  hopattn_backward_args backward;
+  hopattn_backward_args_init(&backward);
+  if (backward.struct_size != sizeof(backward) || backward.sinks.data != NULL || backward.dsinks.data != NULL ||
+      backward.softcap != 0.0f) {
+    fprintf(stderr, "hopattn_backward_args_init did not set the defaults\n");
     return 1;
   }
   /* All tensors empty: q.rank is 0, which validation must reject with a message. */
@@ -20,7 +28,8 @@ int main(void) {
   /* The KV-cache call: no cache_seqlens, which validation must name. */
   hopattn_kvcache_args kv;
   hopattn_kvcache_args_init(&kv);
-  if (kv.struct_size != sizeof(kv) || kv.pack_gqa != -1 || kv.page_table.data != NULL || kv.rotary.interleaved != 0) {
+  if (kv.struct_size != sizeof(kv) || kv.pack_gqa != -1 || kv.page_table.data != NULL || kv.rotary.interleaved != 0 ||
+      kv.sinks.data != NULL || kv.softcap != 0.0f) {
     fprintf(stderr, "hopattn_kvcache_args_init did not set the defaults\n");
     return 1;
   }

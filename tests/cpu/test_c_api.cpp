@@ -2,8 +2,10 @@
 // structs from older, shorter headers still accepted.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <thread>
 
@@ -13,29 +15,26 @@ namespace {
 
 void* fake(uintptr_t slot) { return reinterpret_cast<void*>(0x100000 + slot * 0x10000); }
 
-hopattn_tensor tensor4(void* data, int dtype, int64_t a, int64_t b, int64_t c, int64_t d) {
+// A contiguous tensor of the given shape.
+hopattn_tensor tensor(void* data, int dtype, std::initializer_list<int64_t> shape) {
   hopattn_tensor t{};
   t.data = data;
   t.dtype = dtype;
-  t.rank = 4;
-  const int64_t shape[4] = {a, b, c, d};
-  std::memcpy(t.shape, shape, sizeof shape);
-  t.stride[3] = 1;
-  for (int i = 2; i >= 0; --i) t.stride[i] = t.stride[i + 1] * t.shape[i + 1];
+  t.rank = static_cast<int32_t>(shape.size());
+  std::copy(shape.begin(), shape.end(), t.shape);
+  int64_t stride = 1;
+  for (int i = t.rank - 1; i >= 0; --i) {
+    t.stride[i] = stride;
+    stride *= t.shape[i];
+  }
   return t;
 }
 
-hopattn_tensor tensor2(void* data, int dtype, int64_t a, int64_t b) {
-  hopattn_tensor t{};
-  t.data = data;
-  t.dtype = dtype;
-  t.rank = 2;
-  t.shape[0] = a;
-  t.shape[1] = b;
-  t.stride[0] = b;
-  t.stride[1] = 1;
-  return t;
+hopattn_tensor tensor4(void* data, int dtype, int64_t a, int64_t b, int64_t c, int64_t d) {
+  return tensor(data, dtype, {a, b, c, d});
 }
+
+hopattn_tensor tensor2(void* data, int dtype, int64_t a, int64_t b) { return tensor(data, dtype, {a, b}); }
 
 hopattn_forward_args forward_args_with_bad_k_dtype() {
   hopattn_forward_args a;
@@ -44,6 +43,22 @@ hopattn_forward_args forward_args_with_bad_k_dtype() {
   a.k = tensor4(fake(2), HOPATTN_FLOAT16, 1, 16, 2, 64);
   a.v = tensor4(fake(3), HOPATTN_BFLOAT16, 1, 16, 2, 64);
   a.o = tensor4(fake(4), HOPATTN_BFLOAT16, 1, 16, 2, 64);
+  return a;
+}
+
+// A backward that validation accepts, and whose workspace size needs no device: GQA 2/1.
+hopattn_backward_args valid_backward_args() {
+  hopattn_backward_args a;
+  hopattn_backward_args_init(&a);
+  a.q = tensor4(fake(1), HOPATTN_BFLOAT16, 1, 16, 2, 64);
+  a.k = tensor4(fake(2), HOPATTN_BFLOAT16, 1, 16, 1, 64);
+  a.v = tensor4(fake(3), HOPATTN_BFLOAT16, 1, 16, 1, 64);
+  a.o = tensor4(fake(4), HOPATTN_BFLOAT16, 1, 16, 2, 64);
+  a.lse = tensor(fake(5), HOPATTN_FLOAT32, {1, 2, 16});
+  a.dout = tensor4(fake(6), HOPATTN_BFLOAT16, 1, 16, 2, 64);
+  a.dq = tensor4(fake(7), HOPATTN_BFLOAT16, 1, 16, 2, 64);
+  a.dk = tensor4(fake(8), HOPATTN_BFLOAT16, 1, 16, 1, 64);
+  a.dv = tensor4(fake(9), HOPATTN_BFLOAT16, 1, 16, 1, 64);
   return a;
 }
 
@@ -88,10 +103,20 @@ TEST(CApi, InitSetsSizeAndDefaults) {
   EXPECT_EQ(f.page_table.batch, 0);
   EXPECT_EQ(f.page_table.max_pages, 0);
   EXPECT_EQ(f.page_table.row_stride, 0);
+  EXPECT_EQ(f.sinks.data, nullptr);  // no sinks
+  EXPECT_EQ(f.sinks.rank, 0);
+  EXPECT_EQ(f.softcap, 0.0f);  // no softcapping
   hopattn_backward_args b;
+  std::memset(&b, 0x5A, sizeof b);
   hopattn_backward_args_init(&b);
   EXPECT_EQ(b.struct_size, sizeof b);
   EXPECT_EQ(b.deterministic, 0);
+  EXPECT_EQ(b.window_left, -1);
+  EXPECT_EQ(b.sinks.data, nullptr);
+  EXPECT_EQ(b.sinks.rank, 0);
+  EXPECT_EQ(b.dsinks.data, nullptr);
+  EXPECT_EQ(b.dsinks.rank, 0);
+  EXPECT_EQ(b.softcap, 0.0f);
   hopattn_kvcache_args c;
   std::memset(&c, 0x5A, sizeof c);
   hopattn_kvcache_args_init(&c);
@@ -109,7 +134,32 @@ TEST(CApi, InitSetsSizeAndDefaults) {
   EXPECT_EQ(c.rotary.cos.data, nullptr);
   EXPECT_EQ(c.rotary.interleaved, 0);
   EXPECT_EQ(c.rotary.positions.size, 0);
-  hopattn_kvcache_args_init(nullptr);  // ignored, like the other init functions
+  EXPECT_EQ(c.sinks.data, nullptr);
+  EXPECT_EQ(c.sinks.rank, 0);
+  EXPECT_EQ(c.softcap, 0.0f);
+  hopattn_kvcache_args_init_sized(nullptr, sizeof(hopattn_kvcache_args));  // ignored, like the other init functions
+}
+
+// A program built against the first header calls the unsized init with a struct of that header's
+// size: nothing past it may be written. A struct from a newer header gets zeros past the fields
+// this library knows.
+TEST(CApi, InitWritesOnlyTheCallersStruct) {
+  struct Guarded {
+    hopattn_forward_args args;
+    unsigned char guard[64];
+  } g;
+  std::memset(&g, 0x5A, sizeof(g));
+  (hopattn_forward_args_init)(&g.args);  // the exported 0.1.0 entry point, not the header's macro
+  const size_t first = offsetof(hopattn_forward_args, num_splits);
+  EXPECT_EQ(g.args.struct_size, first);
+  EXPECT_EQ(g.args.window_left, -1);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(&g);
+  for (size_t i = first; i < sizeof(g); ++i) ASSERT_EQ(bytes[i], 0x5A) << "byte " << i << " written";
+  std::memset(&g, 0x5A, sizeof(g));
+  hopattn_forward_args_init_sized(&g.args, sizeof(g));  // a newer header's larger struct
+  EXPECT_EQ(g.args.struct_size, sizeof(g));
+  EXPECT_EQ(g.args.pack_gqa, -1);
+  for (size_t i = 0; i < sizeof(g.guard); ++i) ASSERT_EQ(g.guard[i], 0) << "guard byte " << i;
 }
 
 TEST(CApi, ErrorsCarryTheSameMessagesAsCpp) {
@@ -188,6 +238,98 @@ TEST(CApi, PageTableReachesTheLibraryAndOlderStructsGetNone) {
   size_t bytes = 0;
   EXPECT_EQ(hopattn_forward_workspace_size(&a, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(hopattn_last_error()).find("k.dtype"), std::string::npos) << hopattn_last_error();
+}
+
+// The sinks fields reach the library; a caller built before them (a smaller struct_size) has no
+// sinks, whatever its struct holds where they would be.
+TEST(CApi, SinksReachTheLibraryAndOlderStructsGetNone) {
+  hopattn_forward_args f = forward_args_with_bad_k_dtype();
+  f.k.dtype = HOPATTN_BFLOAT16;
+  f.sinks = tensor(fake(11), HOPATTN_FLOAT32, {3});  // 2 query heads
+  size_t bytes = 0;
+  EXPECT_EQ(hopattn_forward_workspace_size(&f, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("sinks.shape[0] is 3 but must be 2"), std::string::npos)
+      << hopattn_last_error();
+  EXPECT_EQ(hopattn_forward(&f, nullptr), HOPATTN_ERROR_INVALID_ARGUMENT);
+  // Valid without the sinks: a workspace size with a Hopper GPU, the device check without one.
+  f.struct_size = offsetof(hopattn_forward_args, sinks);
+  EXPECT_NE(hopattn_forward_workspace_size(&f, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT) << hopattn_last_error();
+
+  hopattn_kvcache_args kv = valid_kvcache_args();
+  kv.sinks = tensor(fake(11), HOPATTN_BFLOAT16, {4});
+  EXPECT_NE(kvcache_error(kv).find("sinks.dtype is bfloat16 but must be float32"), std::string::npos)
+      << hopattn_last_error();
+  kv.struct_size = offsetof(hopattn_kvcache_args, sinks);
+  EXPECT_NE(hopattn_forward_kvcache_workspace_size(&kv, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT)
+      << hopattn_last_error();
+
+  // The backward's workspace size needs no device, so valid arguments get one anywhere.
+  hopattn_backward_args b = valid_backward_args();
+  b.sinks = tensor(fake(11), HOPATTN_FLOAT32, {2});
+  EXPECT_EQ(hopattn_backward_workspace_size(&b, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("dsinks is missing"), std::string::npos) << hopattn_last_error();
+  b.dsinks = tensor(fake(12), HOPATTN_FLOAT32, {5});
+  EXPECT_EQ(hopattn_backward_workspace_size(&b, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("dsinks.shape[0] is 5 but must be 2"), std::string::npos)
+      << hopattn_last_error();
+  b.dsinks.shape[0] = 2;
+  EXPECT_EQ(hopattn_backward_workspace_size(&b, &bytes), HOPATTN_OK) << hopattn_last_error();
+  b.sinks = hopattn_tensor{};
+  EXPECT_EQ(hopattn_backward_workspace_size(&b, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("dsinks is given without sinks"), std::string::npos)
+      << hopattn_last_error();
+  // From before the fields: sinks without dsinks (and a bad dsinks) would be rejected if they were read.
+  b = valid_backward_args();
+  b.sinks = tensor(fake(11), HOPATTN_FLOAT32, {2});
+  b.dsinks = tensor(fake(12), HOPATTN_BFLOAT16, {7});
+  b.struct_size = offsetof(hopattn_backward_args, sinks);
+  EXPECT_EQ(hopattn_backward_workspace_size(&b, &bytes), HOPATTN_OK) << hopattn_last_error();
+}
+
+// softcap reaches the library; a caller built before it (a smaller struct_size) has no softcapping,
+// whatever its struct holds where the field would be.
+TEST(CApi, SoftcapReachesTheLibraryAndOlderStructsGetNone) {
+  const std::string rule = " but must be 0 (off) or a positive finite cap";
+  // The softcap is checked before the tensors' dtypes, so the bad k names it only once softcap is
+  // out of the picture.
+  hopattn_forward_args f = forward_args_with_bad_k_dtype();
+  f.softcap = -2.0f;
+  size_t bytes = 0;
+  EXPECT_EQ(hopattn_forward_workspace_size(&f, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("softcap is -2" + rule), std::string::npos) << hopattn_last_error();
+  EXPECT_EQ(hopattn_forward(&f, nullptr), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("softcap is -2"), std::string::npos) << hopattn_last_error();
+  f.softcap = 30.0f;
+  EXPECT_EQ(hopattn_forward(&f, nullptr), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("k.dtype"), std::string::npos) << hopattn_last_error();
+  f.softcap = -2.0f;
+  f.struct_size = offsetof(hopattn_forward_args, softcap);
+  EXPECT_EQ(hopattn_forward(&f, nullptr), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("k.dtype"), std::string::npos) << hopattn_last_error();
+
+  hopattn_kvcache_args kv = valid_kvcache_args();
+  kv.softcap = -0.5f;
+  EXPECT_NE(kvcache_error(kv).find("softcap is -0.5" + rule), std::string::npos) << hopattn_last_error();
+  kv.struct_size = offsetof(hopattn_kvcache_args, softcap);
+  EXPECT_NE(hopattn_forward_kvcache_workspace_size(&kv, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT)
+      << hopattn_last_error();
+  kv = valid_kvcache_args();
+  kv.softcap = 50.0f;
+  EXPECT_NE(hopattn_forward_kvcache_workspace_size(&kv, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT)
+      << hopattn_last_error();
+
+  // The backward's workspace size needs no device, so valid arguments get one anywhere.
+  hopattn_backward_args b = valid_backward_args();
+  b.softcap = -1.0f;
+  EXPECT_EQ(hopattn_backward_workspace_size(&b, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("softcap is -1" + rule), std::string::npos) << hopattn_last_error();
+  EXPECT_EQ(hopattn_backward(&b, fake(20), size_t{1} << 30, nullptr), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("softcap is -1"), std::string::npos) << hopattn_last_error();
+  b.struct_size = offsetof(hopattn_backward_args, softcap);
+  EXPECT_EQ(hopattn_backward_workspace_size(&b, &bytes), HOPATTN_OK) << hopattn_last_error();
+  b = valid_backward_args();
+  b.softcap = 30.0f;
+  EXPECT_EQ(hopattn_backward_workspace_size(&b, &bytes), HOPATTN_OK) << hopattn_last_error();
 }
 
 TEST(CApi, KVCacheErrorsNameTheField) {

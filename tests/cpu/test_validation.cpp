@@ -14,39 +14,12 @@
 #include "api/device.hpp"
 #include "api/validate.hpp"
 #include "hopattn/hopattn.hpp"
+#include "validation_args.hpp"
 
 namespace hopattn {
 namespace {
 
-// Distinct, 16-byte aligned addresses that are never dereferenced.
-void* fake(uintptr_t slot) { return reinterpret_cast<void*>(0x100000 + slot * 0x10000); }
-
-constexpr int kBatch = 2, kSeqQ = 64, kSeqK = 96, kHeads = 8, kHeadsKv = 2, kDim = 128;
-
-ForwardArgs valid_forward() {
-  ForwardArgs a;
-  a.q = make_tensor(fake(1), DType::kBFloat16, {kBatch, kSeqQ, kHeads, kDim});
-  a.k = make_tensor(fake(2), DType::kBFloat16, {kBatch, kSeqK, kHeadsKv, kDim});
-  a.v = make_tensor(fake(3), DType::kBFloat16, {kBatch, kSeqK, kHeadsKv, kDim});
-  a.o = make_tensor(fake(4), DType::kBFloat16, {kBatch, kSeqQ, kHeads, kDim});
-  a.lse = make_tensor(fake(5), DType::kFloat32, {kBatch, kHeads, kSeqQ});
-  return a;
-}
-
-BackwardArgs valid_backward() {
-  const ForwardArgs f = valid_forward();
-  BackwardArgs a;
-  a.q = f.q;
-  a.k = f.k;
-  a.v = f.v;
-  a.o = f.o;
-  a.lse = f.lse;
-  a.dout = make_tensor(fake(6), DType::kBFloat16, {kBatch, kSeqQ, kHeads, kDim});
-  a.dq = make_tensor(fake(7), DType::kBFloat16, {kBatch, kSeqQ, kHeads, kDim});
-  a.dk = make_tensor(fake(8), DType::kBFloat16, {kBatch, kSeqK, kHeadsKv, kDim});
-  a.dv = make_tensor(fake(9), DType::kBFloat16, {kBatch, kSeqK, kHeadsKv, kDim});
-  return a;
-}
+using namespace validation_args;  // fake pointers, shapes, valid_forward(), valid_backward()
 
 // Varlen: 3 sequences packed into 100 query and 150 key tokens.
 ForwardArgs valid_varlen_forward() {

@@ -152,6 +152,75 @@ std::vector<NamedCase> special_cases() {
   s.head_dim = 72;
   s.row_padding = 16;
   add("varlen_d72_strided", s);
+
+  // Attention sinks (one logit per query head): with a 128-token window (gpt-oss), causal GQA
+  // with more queries than keys (rows that see only the sink), varlen with empty sequences.
+  auto sinks_for = [](int heads) {
+    std::vector<float> sinks;
+    for (int h = 0; h < heads; ++h) sinks.push_back(static_cast<float>((h * 7) % 11) * 0.5f - 2.f);
+    return sinks;
+  };
+  for (int d : {64, 128}) {
+    s = CaseSpec{};
+    s.head_dim = d;
+    s.heads = 8;
+    s.heads_kv = 2;
+    s.seqlen_q = s.seqlen_k = 1000;
+    s.causal = true;
+    s.window_left = 128;
+    s.sinks = sinks_for(s.heads);
+    add("sinks_window128_gqa_d" + std::to_string(d), s);
+    s.window_left = -1;
+    s.seqlen_q = 1300;
+    add("sinks_causal_more_queries_gqa_d" + std::to_string(d), s);
+  }
+  s = CaseSpec{};
+  s.head_dim = 128;
+  s.heads = 4;
+  s.varlen_seqlens_q = {130, 0, 257, 1};
+  s.varlen_seqlens_k = {200, 9, 0, 650};
+  s.sinks = sinks_for(s.heads);
+  add("sinks_varlen", s);
+  // Unmasked and fixed-length: the split tail's owners add the sink after their merge; and the
+  // wider unmasked key blocks.
+  s = CaseSpec{};
+  s.head_dim = 128;
+  s.batch = 1;
+  s.heads = s.heads_kv = 4;
+  s.seqlen_q = s.seqlen_k = 4224;
+  s.sinks = sinks_for(s.heads);
+  add("sinks_unmasked_long_d128", s);
+
+  // Softcap (Gemma 2 uses 50, 30 is common, a small cap saturates most scores), every kernel head
+  // dim and one that runs zero-padded, masks, GQA, varlen, with sinks.
+  const float caps[] = {30.f, 50.f, 2.f};
+  int i = 0;
+  for (int d : {64, 96, 128, 192, 256, 72}) {
+    for (bool causal : {false, true}) {
+      s = CaseSpec{};
+      s.head_dim = d;
+      s.heads = 4;
+      s.heads_kv = d == 128 ? 1 : 2;
+      s.seqlen_q = causal ? 700 : 530;
+      s.seqlen_k = 530;
+      s.causal = causal;
+      s.softcap = caps[i++ % 3];
+      s.softmax_scale = d == 72 ? 0.5f : kDefaultSoftmaxScale;  // a large scale: the cap matters
+      add("softcap" + std::to_string(static_cast<int>(s.softcap)) + "_d" + std::to_string(d) +
+              (causal ? "_causal" : ""),
+          s);
+    }
+  }
+  s = CaseSpec{};
+  s.head_dim = 128;
+  s.heads = 4;
+  s.heads_kv = 2;
+  s.varlen_seqlens_q = {130, 0, 257, 1};
+  s.varlen_seqlens_k = {200, 9, 0, 650};
+  s.window_left = 100;
+  s.softcap = 30.f;
+  s.sinks = sinks_for(s.heads);
+  add("softcap30_varlen_local_sinks", s);
   return all;
 }
 

@@ -70,7 +70,8 @@ TEST_P(BackwardDeterminism, HundredCallsBitwiseEqual) {
   for (int call = 0; call < 100; ++call) {
     ASSERT_TRUE(call_backward(c, fwd, again, true).ok());
     check_cuda(cudaDeviceSynchronize(), "backward");
-    for (Field f : {Field::kDq, Field::kDk, Field::kDv}) {
+    for (Field f : {Field::kDq, Field::kDk, Field::kDv, Field::kDsinks}) {
+      if (f == Field::kDsinks && spec.sinks.empty()) continue;
       const Downloaded a = c.download(first, f), b = c.download(again, f);
       ASSERT_EQ(0, std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(double)))
           << "call " << call << " differs in field " << static_cast<int>(f);
@@ -101,6 +102,17 @@ std::vector<NamedCase> determinism_cases() {
   s.seqlen_k = 333;
   s.heads_kv = 1;
   all.push_back({"d256_mqa", s});
+  s = CaseSpec{};
+  s.head_dim = 128;
+  s.heads = 4;
+  s.heads_kv = 2;
+  s.seqlen_q = s.seqlen_k = 900;
+  s.causal = true;
+  s.window_left = 128;
+  s.sinks = {0.5f, -1.f, 2.f, 1.f};
+  all.push_back({"d128_sinks_window", s});
+  s.softcap = 30.f;
+  all.push_back({"d128_sinks_window_softcap", s});
   return all;
 }
 INSTANTIATE_TEST_SUITE_P(Cases, BackwardDeterminism, ::testing::ValuesIn(determinism_cases()),

@@ -81,6 +81,24 @@ std::vector<NamedCase> decode_cases() {
   mqa.causal = true;
   mqa.seed = 990;
   all.push_back({"q1_k131072_h32x1_d128_causal_auto", mqa});
+  // Attention sinks through the key splits' combine and the packed heads' epilogue.
+  CaseSpec sinks;
+  sinks.batch = 2;
+  sinks.seqlen_q = 1;
+  sinks.seqlen_k = 8192;
+  sinks.heads = 32;
+  sinks.heads_kv = 8;
+  sinks.head_dim = 128;
+  sinks.causal = true;
+  for (int h = 0; h < sinks.heads; ++h) sinks.sinks.push_back(static_cast<float>(h % 9) - 2.f);
+  for (int n : {0, 1}) {
+    sinks.num_splits = n;
+    sinks.seed = 980 + n;
+    all.push_back({"q1_k8192_h32x8_sinks_splits" + std::to_string(n), sinks});
+  }
+  sinks.softcap = 30.f;
+  sinks.num_splits = 0;
+  all.push_back({"q1_k8192_h32x8_sinks_softcap30", sinks});
   // A varlen decode batch: unequal caches, seqused_k shorter than the cache, zero-length caches.
   CaseSpec v;
   v.varlen_seqlens_q = {1, 1, 1, 1, 3};

@@ -62,6 +62,10 @@ void check_against_cpu(const CaseSpec& spec) {
   expect_ok(check_against_reference("dq", c.download(grads, Field::kDq), exact_grads.dq, naive_grads.dq, spec.dtype));
   expect_ok(check_against_reference("dk", c.download(grads, Field::kDk), exact_grads.dk, naive_grads.dk, spec.dtype));
   expect_ok(check_against_reference("dv", c.download(grads, Field::kDv), exact_grads.dv, naive_grads.dv, spec.dtype));
+  if (!spec.sinks.empty()) {
+    expect_ok(check_against_reference("dsinks", c.download(grads, Field::kDsinks), exact_grads.dsink,
+                                      naive_grads.dsink, DType::kFloat32));
+  }
 }
 
 struct NamedCase {
@@ -134,6 +138,40 @@ std::vector<NamedCase> cases() {
   s.seqused_q = {30, 0, 100, 64, 1};
   s.seqused_k = {50, 3, 0, 10, 129};
   add("varlen_seqused", s);
+
+  // Attention sinks: rows that see no key (the sink alone: O = 0, LSE = sink), a window, GQA,
+  // varlen with empty sequences.
+  s = CaseSpec{};
+  s.causal = true;
+  s.seqlen_q = 200;
+  s.seqlen_k = 70;
+  s.heads = 4;
+  s.sinks = {0.5f, -1.f, 2.f, 4.f};
+  add("sinks_causal_more_queries_than_keys", s);
+  s = CaseSpec{};
+  s.head_dim = 128;
+  s.heads = 8;
+  s.heads_kv = 2;
+  s.seqlen_q = s.seqlen_k = 300;
+  s.causal = true;
+  s.window_left = 128;
+  s.sinks = {1.f, 0.f, -3.f, 2.5f, 0.25f, 3.f, -0.5f, 1.5f};
+  add("sinks_gqa_window128", s);
+  s = CaseSpec{};
+  s.heads = s.heads_kv = 2;
+  s.varlen_seqlens_q = {37, 0, 130, 5};
+  s.varlen_seqlens_k = {50, 20, 0, 129};
+  s.sinks = {-1.f, 3.f};
+  add("sinks_varlen_with_empty_sequences", s);
+  s = CaseSpec{};
+  s.causal = true;
+  s.seqlen_q = 150;
+  s.seqlen_k = 170;
+  s.softmax_scale = 0.8f;  // scores of several units: the cap bends them
+  for (float cap : {2.f, 30.f}) {
+    s.softcap = cap;
+    add("softcap" + std::to_string(static_cast<int>(cap)) + "_causal", s);
+  }
 
   s = CaseSpec{};
   s.row_padding = 24;  // Q/K/V/O... rows 24 elements apart: non-contiguous, as in a packed QKV

@@ -58,6 +58,8 @@ struct KVCacheSpec {
   int window_right = -1;
   int num_splits = 0;
   PackGqa pack_gqa = PackGqa::kAuto;
+  std::vector<float> sinks;  // attention sinks, one per query head; empty: none
+  float softcap = 0.f;
   // Through forward() with ForwardArgs::page_table (chunked prefill): no append, no left padding,
   // no batch index; cache_seqlens become varlen.seqused_k.
   bool through_forward = false;
@@ -133,6 +135,7 @@ class KVCacheCall {
     up(rows_d_, rows_);
     up(cache_seqlens_d_, cache_seqlens_);
     up(leftpad_d_, leftpad_);
+    up(sinks_d_, s_.sinks);
     const size_t o_bytes = std::max<size_t>(total_q_ * s_.heads * s_.head_dim * sizeof(uint16_t), 16);
     const size_t lse_bytes = std::max<size_t>(total_q_ * s_.heads * sizeof(float), 16);
     if (o_d_.bytes() != o_bytes) o_d_ = DeviceBuffer(o_bytes);
@@ -184,6 +187,8 @@ class KVCacheCall {
     a.mask = Mask{s.causal, s.window_left, s.window_right};
     a.num_splits = s.num_splits;
     a.pack_gqa = s.pack_gqa;
+    if (!s.sinks.empty()) a.sinks = make_tensor(sinks_d_.data(), DType::kFloat32, {s.heads});
+    a.softcap = s.softcap;
     return a;
   }
 
@@ -203,6 +208,8 @@ class KVCacheCall {
     f.mask = a.mask;
     f.num_splits = a.num_splits;
     f.pack_gqa = a.pack_gqa;
+    f.sinks = a.sinks;
+    f.softcap = a.softcap;
     return f;
   }
 
@@ -324,6 +331,8 @@ class KVCacheCall {
     hp.cu_seqlens_q = cu_q_;
     hp.cu_seqlens_k = {0};
     hp.softmax_scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+    hp.sinks.assign(s.sinks.begin(), s.sinks.end());
+    hp.softcap = s.softcap;
     std::vector<double> k, v;
     std::vector<bool> fits(s.batch);
     for (int b = 0; b < s.batch; ++b) {
@@ -414,7 +423,7 @@ class KVCacheCall {
   std::vector<int32_t> cu_q_, cu_new_, table_, rows_, cache_seqlens_, leftpad_;
   std::vector<uint16_t> q_, k_cache_, v_cache_, k_new_, v_new_, cos_, sin_;
   DeviceBuffer q_d_, k_cache_d_, v_cache_d_, k_new_d_, v_new_d_, cos_d_, sin_d_, cu_q_d_, cu_new_d_, table_d_, rows_d_,
-      cache_seqlens_d_, leftpad_d_, o_d_, lse_d_, workspace_;
+      cache_seqlens_d_, leftpad_d_, sinks_d_, o_d_, lse_d_, workspace_;
 };
 
 struct NamedKVCase {
@@ -466,6 +475,10 @@ std::vector<NamedKVCase> kvcache_cases() {
       if (i % 8 == 3) s.varlen_q = {sh.seqlen_q, std::max(sh.seqlen_q / 2, 1), 0};
       // Unequal new keys per sequence (cu_seqlens_new): one sequence appends none.
       if (i % 6 == 5) s.varlen_new = {s.seqlen_new, 0, std::max(s.seqlen_new / 2, 1)};
+      if (i % 9 == 4) {
+        for (int h = 0; h < s.heads; ++h) s.sinks.push_back(static_cast<float>(h % 5) - 1.5f);
+      }
+      if (i % 7 == 2) s.softcap = 30.f;
       s.seed = 3000 + 17 * i;
       std::mt19937 rng(static_cast<uint32_t>(s.seed));
       const int most = s.capacity - s.seqlen_new;
@@ -485,7 +498,7 @@ std::vector<NamedKVCase> kvcache_cases() {
                          std::to_string(s.heads_kv) + "_d" + std::to_string(s.head_dim) +
                          (s.dtype == DType::kFloat16 ? "_fp16_" : "_bf16_") + mask + "_splits" +
                          std::to_string(s.num_splits) + (s.batch_index ? "_batchidx" : "") +
-                         (s.leftpad.empty() ? "" : "_leftpad") + (s.varlen_new.empty() ? "" : "_varlennew");
+                         (s.leftpad.empty() ? "" : "_leftpad") + (s.varlen_new.empty() ? "" : "_varlennew") + (s.sinks.empty() ? "" : "_sinks") + (s.softcap > 0 ? "_softcap" : "");
       all.push_back({name, s});
     }
   }
@@ -534,6 +547,7 @@ KVCacheSpec fault_spec(int page_size) {
   s.rotary_dim = 64;
   s.cache_seqlens = {500, 1023, 700, 100};  // sequence 1 overflows with its 2 new keys
   s.causal = true;
+  s.sinks = {0.5f, -1.f, 2.f, 0.f, 1.f, -2.f, 3.f, 0.25f};  // faulted rows stay NaN with sinks too
   s.seed = 5000 + page_size;
   return s;
 }

@@ -79,6 +79,15 @@ def test_packed_structs_agree_with_ctypes():
     table = paged.page_table
     assert (table.data, table.batch, table.max_pages, table.row_stride) == (0x6000, 3, 9, 12)
     assert paged.pack_gqa == 1
+    assert not paged.sinks.data and paged.sinks.rank == 0  # no sinks
+    sinks = _capi.tensor_fields(0x8000, FP32, (4,), (1,))
+    with_sinks = _capi.ForwardArgs.from_buffer_copy(_capi.pack_forward(q, q, q, q, lse, 0.5, 1, 5, 0, sinks=sinks))
+    assert with_sinks.sinks.data == 0x8000 and with_sinks.sinks.dtype == FP32 and with_sinks.sinks.rank == 1
+    assert list(with_sinks.sinks.shape) == [4, 0, 0, 0] and with_sinks.sinks.stride[0] == 1
+    assert paged.softcap == 0.0 and with_sinks.softcap == 0.0  # no softcapping
+    capped = _capi.ForwardArgs.from_buffer_copy(_capi.pack_forward(q, q, q, q, lse, 0.5, 1, 5, 0, sinks=sinks,
+                                                                   softcap=30.0))  # fmt: skip
+    assert capped.softcap == 30.0 and capped.sinks.data == 0x8000
 
     cos = _capi.tensor_fields(0x7000, BF16, (64, 8), (8, 1))
     packed = _capi.pack_kvcache(
@@ -98,6 +107,13 @@ def test_packed_structs_agree_with_ctypes():
     assert kv.rotary.interleaved == 1 and kv.rotary.positions.data == 0x1600 and kv.rotary.positions.size == 2
     assert kv.softmax_scale == 0.5 and kv.causal == 1 and kv.window_left == 5 and kv.window_right == 0
     assert kv.num_splits == 3 and kv.pack_gqa == 0
+    assert not kv.sinks.data
+    packed = _capi.pack_kvcache(q, q, q, q, lse, 0.0, 0, -1, -1, cache_seqlens=(1, 2), pack_gqa=1, sinks=sinks)
+    kv = _capi.KVCacheArgs.from_buffer_copy(packed)
+    assert kv.pack_gqa == 1 and kv.sinks.data == 0x8000 and list(kv.sinks.shape) == [4, 0, 0, 0]
+    assert kv.softcap == 0.0
+    packed = _capi.pack_kvcache(q, q, q, q, lse, 0.0, 0, -1, -1, cache_seqlens=(1, 2), sinks=sinks, softcap=5.5)
+    assert _capi.KVCacheArgs.from_buffer_copy(packed).softcap == 5.5
     packed = _capi.pack_kvcache(q, q, q, q, lse, 0.0, 0, -1, -1, cache_seqlens=(1, 2))
     empty = _capi.KVCacheArgs.from_buffer_copy(packed)
     assert not empty.page_table.data and not empty.k_new.data and not empty.rotary.cos.data
@@ -108,6 +124,16 @@ def test_packed_structs_agree_with_ctypes():
     assert bargs.struct_size == ctypes.sizeof(_capi.BackwardArgs) == len(packed)
     assert bargs.dv.data == 0x1000 and bargs.softmax_scale == 0.25 and bargs.window_right == 3
     assert bargs.deterministic == 1
+    assert not bargs.sinks.data and not bargs.dsinks.data and bargs.softcap == 0.0
+    dsinks = _capi.tensor_fields(0x9000, FP32, (4,), (1,))
+    packed = _capi.pack_backward(q, q, q, q, lse, q, q, q, q, 0.25, 0, -1, 3, _capi.EMPTY_VARLEN, 1, sinks, dsinks)
+    bargs = _capi.BackwardArgs.from_buffer_copy(packed)
+    assert bargs.deterministic == 1 and bargs.sinks.data == 0x8000 and bargs.dsinks.data == 0x9000
+    assert bargs.dsinks.rank == 1 and bargs.dsinks.shape[0] == 4
+    packed = _capi.pack_backward(q, q, q, q, lse, q, q, q, q, 0.25, 0, -1, 3, _capi.EMPTY_VARLEN, 1, sinks, dsinks,
+                                 softcap=30.0)  # fmt: skip
+    bargs = _capi.BackwardArgs.from_buffer_copy(packed)
+    assert bargs.softcap == 30.0 and bargs.dsinks.data == 0x9000
 
 
 # --- every field reaches the library -------------------------------------------------------------
@@ -151,17 +177,19 @@ def _fixed_tensors(**override):
     return tensors
 
 
-def _backward_args(scale=0.0, causal=0, left=-1, right=-1, varlen=_capi.EMPTY_VARLEN, deterministic=0, **override):
+def _backward_args(scale=0.0, causal=0, left=-1, right=-1, varlen=_capi.EMPTY_VARLEN, deterministic=0,
+                   sinks=_capi.EMPTY_TENSOR, dsinks=_capi.EMPTY_TENSOR, softcap=0.0, **override):  # fmt: skip
     t = _fixed_tensors(**override)
     return _capi.pack_backward(t["q"], t["k"], t["v"], t["o"], t["lse"], t["dout"], t["dq"], t["dk"], t["dv"],
-                               scale, causal, left, right, varlen, deterministic)
+                               scale, causal, left, right, varlen, deterministic, sinks, dsinks, softcap)
 
 
 def _forward_args(scale=0.0, causal=0, left=-1, right=-1, varlen=_capi.EMPTY_VARLEN, num_splits=0,
-                  pack_gqa=_capi.PACK_GQA_AUTO, page_table=_capi.EMPTY_PAGE_TABLE, **override):
+                  pack_gqa=_capi.PACK_GQA_AUTO, page_table=_capi.EMPTY_PAGE_TABLE, sinks=_capi.EMPTY_TENSOR,
+                  softcap=0.0, **override):  # fmt: skip
     t = _fixed_tensors(**override)
     return _capi.pack_forward(t["q"], t["k"], t["v"], t["o"], t["lse"], scale, causal, left, right, varlen,
-                              num_splits, pack_gqa, page_table)
+                              num_splits, pack_gqa, page_table, sinks, softcap)
 
 
 def test_valid_backward_arguments_get_a_workspace_size(lib):
@@ -306,6 +334,132 @@ def test_short_forward_struct_gets_no_page_table(lib):
     full[:8] = _capi.ForwardArgs.page_table.offset.to_bytes(8, "little")
     with pytest.raises(ValueError, match="k.dtype is float16"):
         _capi.forward(bytes(full), None)
+
+
+# --- attention sinks -------------------------------------------------------------------------------
+
+
+def _sinks(heads=H, dtype=FP32, stride=None):
+    return _t((heads,), dtype, stride)
+
+
+@pytest.mark.parametrize(
+    "sinks, message",
+    [
+        (_sinks(HKV), "sinks.shape[0] is 2 but must be 4: expected (heads,) = (4)"),  # per query head
+        (_sinks(dtype=BF16), "sinks.dtype is bfloat16 but must be float32"),
+        (_t((1, H), FP32), "sinks.rank is 2 but must be 1: (heads,)"),
+        (_sinks(stride=(2,)), "sinks.stride[0] is 2"),
+        (_capi.tensor_fields(0, FP32, (H,), (1,)), "sinks.data is null but its rank is 1"),
+    ],
+)
+def test_sinks_reach_the_library(lib, sinks, message):
+    calls = (
+        lambda: _capi.forward(_forward_args(sinks=sinks), None),
+        lambda: _capi.forward_workspace_size(_forward_args(sinks=sinks)),
+        lambda: _capi.forward_kvcache_workspace_size(_kvcache_args(sinks=sinks)),
+        lambda: _capi.backward_workspace_size(_backward_args(sinks=sinks, dsinks=_sinks())),
+    )
+    for call in calls:
+        with pytest.raises(_capi.InvalidArgumentError) as info:
+            call()
+        assert message in str(info.value)
+    with pytest.raises(_capi.InvalidArgumentError) as info:  # the same rules for the gradient
+        _capi.backward_workspace_size(_backward_args(sinks=_sinks(), dsinks=sinks))
+    assert "d" + message in str(info.value)
+
+
+def test_backward_takes_dsinks_exactly_with_sinks(lib):
+    assert _capi.backward_workspace_size(_backward_args(sinks=_sinks(), dsinks=_sinks())) >= 0
+    with pytest.raises(ValueError, match="dsinks is missing"):
+        _capi.backward_workspace_size(_backward_args(sinks=_sinks()))
+    with pytest.raises(ValueError, match="dsinks is given without sinks"):
+        _capi.backward_workspace_size(_backward_args(dsinks=_sinks()))
+
+
+def test_short_structs_get_no_sinks(lib):
+    """A caller from before the sinks: the bytes where they would be are not read, so arguments
+    that only the sinks make invalid pass validation (the workspace queries then need a device:
+    without a Hopper GPU they stop at the device check; with one they launch nothing)."""
+    bad = _sinks(dtype=BF16)
+    for size_of, args, ctype in (
+        (_capi.forward_workspace_size, _forward_args(sinks=bad), _capi.ForwardArgs),
+        (_capi.forward_kvcache_workspace_size, _kvcache_args(sinks=bad), _capi.KVCacheArgs),
+        (_capi.backward_workspace_size, _backward_args(sinks=_sinks(), dsinks=bad), _capi.BackwardArgs),
+    ):
+        with pytest.raises(ValueError, match="sinks.dtype is bfloat16"):
+            size_of(args)
+        short = bytearray(args)
+        short[:8] = ctype.sinks.offset.to_bytes(8, "little")
+        try:
+            assert size_of(bytes(short)) >= 0
+        except _capi.DeviceUnavailableError:
+            assert size_of is not _capi.backward_workspace_size  # the backward's size needs no device
+
+
+# --- softcapping -----------------------------------------------------------------------------------
+
+
+def _paged_forward_args(**fields):
+    """Chunked prefill: B varlen query sequences against pages of keys."""
+    total_q = 100
+    return _forward_args(q=_t((total_q, H, D)), o=_t((total_q, H, D)), lse=_t((H, total_q), FP32),
+                         k=_t((40, 16, HKV, D)), v=_t((40, 16, HKV, D)),
+                         varlen=(_address(), B + 1, 0, 0, 0, 0, 0, 0, 64, 0),
+                         page_table=(_address(), B, 16, 0), **fields)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "softcap, shown", [(-1.0, "-1"), (float("nan"), "nan"), (float("inf"), "inf"), (float("-inf"), "-inf")]
+)
+def test_softcap_reaches_the_library(lib, softcap, shown):
+    message = f"softcap is {shown} but must be 0 (off) or a positive finite cap"
+    calls = (
+        lambda: _capi.forward(_forward_args(softcap=softcap), None),
+        lambda: _capi.forward_workspace_size(_forward_args(softcap=softcap)),
+        lambda: _capi.forward_workspace_size(_paged_forward_args(softcap=softcap)),
+        lambda: _capi.forward_kvcache_workspace_size(_kvcache_args(softcap=softcap)),
+        lambda: _capi.backward_workspace_size(_backward_args(softcap=softcap)),
+    )
+    for call in calls:
+        with pytest.raises(_capi.InvalidArgumentError) as info:
+            call()
+        assert message in str(info.value)
+
+
+def test_valid_softcaps_pass_validation(lib):
+    """0 and positive caps are valid: the backward's workspace size needs no device; the forward's
+    queries stop at the device check without a Hopper GPU."""
+    for softcap in (0.0, 5.0, 30.0):
+        assert _capi.backward_workspace_size(_backward_args(softcap=softcap)) >= 0
+        for size_of, args in (
+            (_capi.forward_workspace_size, _forward_args(softcap=softcap)),
+            (_capi.forward_workspace_size, _paged_forward_args(softcap=softcap)),
+            (_capi.forward_kvcache_workspace_size, _kvcache_args(softcap=softcap)),
+        ):
+            try:
+                assert size_of(args) >= 0
+            except _capi.DeviceUnavailableError as e:
+                assert "Hopper" in str(e) or "sm_90" in str(e)
+
+
+def test_short_structs_get_no_softcap(lib):
+    """A caller from before softcap: the bytes where it would be are not read, so a cap that alone
+    makes the arguments invalid is not seen (the forward's queries then need a device, as in
+    test_short_structs_get_no_sinks)."""
+    for size_of, args, ctype in (
+        (_capi.forward_workspace_size, _forward_args(softcap=-3.0), _capi.ForwardArgs),
+        (_capi.forward_kvcache_workspace_size, _kvcache_args(softcap=-3.0), _capi.KVCacheArgs),
+        (_capi.backward_workspace_size, _backward_args(softcap=-3.0), _capi.BackwardArgs),
+    ):
+        with pytest.raises(ValueError, match="softcap is -3"):
+            size_of(args)
+        short = bytearray(args)
+        short[:8] = ctype.softcap.offset.to_bytes(8, "little")
+        try:
+            assert size_of(bytes(short)) >= 0
+        except _capi.DeviceUnavailableError:
+            assert size_of is not _capi.backward_workspace_size  # the backward's size needs no device
 
 
 # --- the KV-cache call -----------------------------------------------------------------------------

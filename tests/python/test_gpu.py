@@ -4,8 +4,9 @@ most 2x the error of the same computation done naively in the input's precision,
 that precision's rounding); causal, windows, GQA/MQA, varlen with empty sequences and seqused, odd
 sizes, strided views; determinism; torch.compile(fullgraph=True); CUDA-graph capture and replay;
 errors with CUDA tensors; KV caches (contiguous and paged, appends with rotary embedding, chunked
-prefill) against the same reference on the updated cache. Every test skips, saying why, without an
-sm_90 GPU."""
+prefill) against the same reference on the updated cache; attention sinks (learnable_sink), their
+gradient included; softcapping (softcap), forward and backward. Every test skips, saying why,
+without an sm_90 GPU."""
 
 import math
 
@@ -39,9 +40,11 @@ def visible(seqlen_q, seqlen_k, causal, window, device):
     return mask
 
 
-def attention_reference(q, k, v, causal=False, window=(-1, -1), scale=None, upcast=True):
+def attention_reference(q, k, v, causal=False, window=(-1, -1), scale=None, upcast=True, sink=None, softcap=0.0):
     """out (b, sq, h, d) and lse (b, h, sq). upcast=True: float64 (the exact value); False: the
-    naive computation in the inputs' precision (the yardstick of the tolerance rule)."""
+    naive computation in the inputs' precision (the yardstick of the tolerance rule). sink: the
+    (h,) attention sinks, a column of scores without a value. softcap > 0: the scores are capped,
+    softcap * tanh(scores / softcap), before the mask."""
     dtype = torch.float64 if upcast else q.dtype
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     heads, heads_kv = q.shape[2], k.shape[2]
@@ -49,8 +52,18 @@ def attention_reference(q, k, v, causal=False, window=(-1, -1), scale=None, upca
     v = v.repeat_interleave(heads // heads_kv, dim=2)
     scale = 1.0 / math.sqrt(q.shape[-1]) if not scale else scale
     s = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
     mask = visible(q.shape[1], k.shape[1], causal, window, q.device)
     s = s.masked_fill(~mask, float("-inf"))
+    if sink is not None:
+        # Softmax over [scores, sink], the sink's column dropped: a row without a visible key
+        # gets P = 0 and lse = sink, without NaN.
+        column = sink.to(s.dtype)[None, :, None, None].expand(*s.shape[:-1], 1)
+        s = torch.cat((s, column), dim=-1)
+        lse = torch.logsumexp(s.to(torch.float64 if upcast else torch.float32), dim=-1)
+        p = torch.softmax(s, dim=-1)[..., :-1].to(v.dtype)
+        return torch.einsum("bhqk,bkhd->bqhd", p, v), lse
     any_key = mask.any(-1)[:, None]  # (sq, 1)
     lse = torch.logsumexp(s.to(torch.float64 if upcast else torch.float32), dim=-1)
     # Rows without a visible key: P = 0 (softmax of a dummy row, then zeroed, so no NaN gradient).
@@ -94,22 +107,24 @@ def run_or_skip(fn, *args, **kwargs):
         pytest.skip(f"this build has no kernel for it: {e}")
 
 
-def check_fixed(q, k, v, causal=False, window=(-1, -1), scale=None, deterministic=False):
+def check_fixed(q, k, v, causal=False, window=(-1, -1), scale=None, deterministic=False, sink=None, softcap=0.0):
     dtype = q.dtype
     out, lse = run_or_skip(hopattn.attention, q, k, v, causal=causal, window_size=window, softmax_scale=scale,
-                           deterministic=deterministic, return_lse=True)
+                           deterministic=deterministic, return_lse=True, learnable_sink=sink, softcap=softcap)
     assert out.shape == q.shape and out.dtype == dtype
     assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == torch.float32
+    inputs = (q, k, v) if sink is None else (q, k, v, sink)
     dout = torch.randn_like(out)
-    grads = torch.autograd.grad(out, (q, k, v), dout)
-    exact_out, exact_lse = attention_reference(q, k, v, causal, window, scale, upcast=True)
-    exact_grads = torch.autograd.grad(exact_out, (q, k, v), dout.double())
-    naive_out, naive_lse = attention_reference(q, k, v, causal, window, scale, upcast=False)
-    naive_grads = torch.autograd.grad(naive_out, (q, k, v), dout)
+    grads = torch.autograd.grad(out, inputs, dout)
+    reference = dict(scale=scale, sink=sink, softcap=softcap)
+    exact_out, exact_lse = attention_reference(q, k, v, causal, window, upcast=True, **reference)
+    exact_grads = torch.autograd.grad(exact_out, inputs, dout.double())
+    naive_out, naive_lse = attention_reference(q, k, v, causal, window, upcast=False, **reference)
+    naive_grads = torch.autograd.grad(naive_out, inputs, dout)
     check("out", out, exact_out, naive_out, dtype)
     check("lse", lse, exact_lse, naive_lse, torch.float32)
-    for name, g, e, n in zip(("dq", "dk", "dv"), grads, exact_grads, naive_grads):
-        check(name, g, e, n, dtype)
+    for name, g, e, n in zip(("dq", "dk", "dv", "dsink"), grads, exact_grads, naive_grads):
+        check(name, g, e, n, dtype if name != "dsink" else torch.float32)
     return out, lse, grads
 
 
@@ -194,10 +209,59 @@ def test_zero_size_problems():
     assert hopattn.attention(empty, empty, empty).shape == empty.shape
 
 
+# --- attention sinks -------------------------------------------------------------------------------
+
+
+def sinks(heads, grad=True):
+    """float32 (heads,) sink logits from about as small as a row's scores to well above their
+    log-sum-exp, so that the sink takes anything from a sliver to most of a row's weight."""
+    return (torch.rand(heads, device=DEVICE) * 10 - 3).requires_grad_(grad)
+
+
+SINK_CASES = {
+    # name: (batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal, window)
+    "causal_gqa": (2, 256, 256, 8, 2, 128, True, (-1, -1)),
+    "local_window": (2, 300, 300, 4, 4, 128, False, (128, 0)),
+    # The first 90 queries see no key: out = 0, lse = sink, and they still add to the sink's gradient.
+    "causal_rows_without_keys": (1, 203, 113, 4, 2, 64, True, (-1, -1)),
+}
+
+
+@pytest.mark.parametrize("case", SINK_CASES, ids=list(SINK_CASES))
+def test_sinks_forward_backward_match_the_float64_reference(case):
+    batch, sq, sk, heads, heads_kv, d, causal, window = SINK_CASES[case]
+    torch.manual_seed(50 + sq)
+    q, k, v = randn(batch, sq, heads, d), randn(batch, sk, heads_kv, d), randn(batch, sk, heads_kv, d)
+    sink = sinks(heads)
+    check_fixed(q, k, v, causal, window, sink=sink)
+    # The sink's gradient is a fixed-order sum: the same bits on every run.
+    dout = torch.randn(q.shape, dtype=q.dtype, device=DEVICE)
+    first, second = (torch.autograd.grad(hopattn.attention(q, k, v, causal=causal, window_size=window,
+                                                           learnable_sink=sink), sink, dout)[0] for _ in range(2))
+    assert torch.equal(first, second)
+
+
+@pytest.mark.parametrize("num_splits", [1, 5])
+def test_sinks_in_decode_with_key_splits_and_from_a_kvcache(num_splits):
+    """One query row per sequence against 3000 keys (GQA 32/8): the split pieces merge with the
+    sink counted once, through attention() and through attention_with_kvcache on full caches."""
+    torch.manual_seed(60 + num_splits)
+    q, k, v = randn(4, 1, 32, 128, grad=False), randn(4, 3000, 8, 128, grad=False), randn(4, 3000, 8, 128, grad=False)
+    sink = sinks(32, grad=False)
+    exact_out, exact_lse = attention_reference(q, k, v, True, upcast=True, sink=sink)
+    naive_out, naive_lse = attention_reference(q, k, v, True, upcast=False, sink=sink)
+    for call in (hopattn.attention, hopattn.attention_with_kvcache):
+        out, lse = run_or_skip(call, q, k, v, causal=True, return_lse=True, num_splits=num_splits,
+                               learnable_sink=sink)  # fmt: skip
+        check(f"{call.__name__} out", out, exact_out, naive_out, BF16)
+        check(f"{call.__name__} lse", lse, exact_lse, naive_lse, torch.float32)
+
+
 # --- varlen ----------------------------------------------------------------------------------------
 
 
-def varlen_reference(q, k, v, lens_q, lens_k, used_q, used_k, causal, window, upcast):
+def varlen_reference(q, k, v, lens_q, lens_k, used_q, used_k, causal, window, upcast, sink=None, scale=None,
+                     softcap=0.0):  # fmt: skip
     """Packed out (total_q, h, d) and lse (h, total_q); rows outside the used tokens: 0 and -inf."""
     dtype = torch.float64 if upcast else q.dtype
     out = torch.zeros(q.shape, dtype=dtype, device=q.device)
@@ -210,7 +274,8 @@ def varlen_reference(q, k, v, lens_q, lens_k, used_q, used_k, causal, window, up
         uk = used_k[b] if used_k is not None else lk
         if uq > 0:
             o, l = attention_reference(q[None, start_q:start_q + uq], k[None, start_k:start_k + uk],
-                                       v[None, start_k:start_k + uk], causal, window, upcast=upcast)
+                                       v[None, start_k:start_k + uk], causal, window, scale, upcast=upcast, sink=sink,
+                                       softcap=softcap)  # fmt: skip
             outs.append((start_q, uq, o[0], l[0]))
         start_q += lq
         start_k += lk
@@ -228,9 +293,18 @@ def varlen_reference(q, k, v, lens_q, lens_k, used_q, used_k, causal, window, up
     return torch.cat(pieces_out, 0), torch.cat(pieces_lse, 1)
 
 
+@pytest.mark.parametrize("with_sink", [False, True], ids=["", "sink"])
 @pytest.mark.parametrize("with_seqused", [False, True], ids=["full", "seqused"])
-def test_varlen_with_empty_sequences(with_seqused):
+def test_varlen_with_empty_sequences(with_seqused, with_sink):
+    """With sinks, the rows of a sequence without keys get out = 0 and lse = sink, while rows of
+    no sequence (beyond seqused) stay 0 and -inf."""
     torch.manual_seed(4)
+    check_varlen(with_seqused, with_sink)
+
+
+def check_varlen(with_seqused, with_sink, scale=None, softcap=0.0):
+    """Six sequences, some empty, GQA 8/2, causal: out, lse and the gradients (the sink's too)
+    against the reference."""
     lens_q, lens_k = [0, 17, 128, 1, 64, 33], [5, 40, 128, 0, 64, 200]
     used_q = [0, 10, 128, 1, 50, 33] if with_seqused else None
     used_k = [3, 40, 100, 0, 64, 150] if with_seqused else None
@@ -242,21 +316,113 @@ def test_varlen_with_empty_sequences(with_seqused):
     seq_q = torch.tensor(used_q, dtype=torch.int32, device=DEVICE) if with_seqused else None
     seq_k = torch.tensor(used_k, dtype=torch.int32, device=DEVICE) if with_seqused else None
     causal, window = True, (-1, -1)
+    sink = sinks(heads) if with_sink else None
     out, lse = run_or_skip(hopattn.attention_varlen, q, k, v, cu_q, cu_k, max(lens_q), max(lens_k),
-                           seqused_q=seq_q, seqused_k=seq_k, causal=causal, return_lse=True)
+                           seqused_q=seq_q, seqused_k=seq_k, softmax_scale=scale, causal=causal, return_lse=True,
+                           learnable_sink=sink, softcap=softcap)  # fmt: skip
     assert out.shape == q.shape and lse.shape == (heads, q.shape[0])
+    inputs = (q, k, v) if sink is None else (q, k, v, sink)
     dout = torch.randn_like(out)
-    grads = torch.autograd.grad(out, (q, k, v), dout)
-    exact_out, exact_lse = varlen_reference(q, k, v, lens_q, lens_k, used_q, used_k, causal, window, True)
-    exact_grads = torch.autograd.grad(exact_out, (q, k, v), dout.double(), allow_unused=True)
-    naive_out, naive_lse = varlen_reference(q, k, v, lens_q, lens_k, used_q, used_k, causal, window, False)
-    naive_grads = torch.autograd.grad(naive_out, (q, k, v), dout, allow_unused=True)
+    grads = torch.autograd.grad(out, inputs, dout)
+    exact_out, exact_lse = varlen_reference(q, k, v, lens_q, lens_k, used_q, used_k, causal, window, True, sink,
+                                            scale, softcap)  # fmt: skip
+    exact_grads = torch.autograd.grad(exact_out, inputs, dout.double(), allow_unused=True)
+    naive_out, naive_lse = varlen_reference(q, k, v, lens_q, lens_k, used_q, used_k, causal, window, False, sink,
+                                            scale, softcap)  # fmt: skip
+    naive_grads = torch.autograd.grad(naive_out, inputs, dout, allow_unused=True)
     check("out", out, exact_out, naive_out, dtype)
     check("lse", lse, exact_lse, naive_lse, torch.float32)
-    for name, g, e, n in zip(("dq", "dk", "dv"), grads, exact_grads, naive_grads):
+    for name, g, e, n in zip(("dq", "dk", "dv", "dsink"), grads, exact_grads, naive_grads):
         e = torch.zeros_like(g, dtype=torch.float64) if e is None else e
         n = torch.zeros_like(g) if n is None else n
-        check(name, g, e, n, dtype)
+        check(name, g, e, n, dtype if name != "dsink" else torch.float32)
+
+
+# --- softcapping -----------------------------------------------------------------------------------
+#
+# With the default scale, random inputs give scores of about N(0, 1), which a cap of 30 barely
+# touches; a larger softmax_scale spreads them to where the cap bends them (tanh saturates), as it
+# does for Gemma 2's large logits.
+
+SOFTCAP_CASES = {
+    # name: (batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, causal, window, softmax_scale, softcap, dtype)
+    "cap30_causal_gqa": (2, 256, 256, 8, 2, 128, True, (-1, -1), 1.0, 30.0, BF16),
+    "cap30_plain_fp16_odd": (1, 113, 203, 4, 4, 64, False, (-1, -1), 1.0, 30.0, FP16),
+    "cap5_causal_mqa": (2, 200, 200, 4, 1, 128, True, (-1, -1), 0.5, 5.0, BF16),
+    # The first 90 queries see no key: out = 0 and lse = -inf, as without a cap.
+    "cap5_rows_without_keys": (1, 203, 113, 4, 2, 128, True, (-1, -1), 0.5, 5.0, BF16),
+    "cap30_local_default_scale": (2, 300, 300, 4, 2, 256, False, (64, 32), None, 30.0, BF16),
+}
+
+
+@pytest.mark.parametrize("case", SOFTCAP_CASES, ids=list(SOFTCAP_CASES))
+def test_softcap_forward_backward_match_the_float64_reference(case):
+    batch, sq, sk, heads, heads_kv, d, causal, window, scale, softcap, dtype = SOFTCAP_CASES[case]
+    torch.manual_seed(70 + sq)
+    q, k = randn(batch, sq, heads, d, dtype=dtype), randn(batch, sk, heads_kv, d, dtype=dtype)
+    v = randn(batch, sk, heads_kv, d, dtype=dtype)
+    out = check_fixed(q, k, v, causal, window, scale, softcap=softcap)[0]
+    if scale is not None:  # the cap must have changed the result, or the comparison proves little
+        uncapped = hopattn.attention(q, k, v, causal=causal, window_size=window, softmax_scale=scale)
+        assert (out.float() - uncapped.float()).abs().max() > 0.05
+
+
+@pytest.mark.parametrize("with_sink", [False, True], ids=["", "sink"])
+def test_softcap_varlen(with_sink):
+    torch.manual_seed(71)
+    check_varlen(True, with_sink, scale=1.0, softcap=30.0)
+
+
+@pytest.mark.parametrize("num_splits", [1, 5])
+def test_softcap_in_decode_with_key_splits_and_from_a_kvcache(num_splits):
+    """One query row per sequence against 3000 keys (GQA 32/8), split or not, through attention(),
+    attention_with_kvcache and the FA3 drop-in flash_attn_with_kvcache on full caches."""
+    torch.manual_seed(72 + num_splits)
+    q, k, v = randn(4, 1, 32, 128, grad=False), randn(4, 3000, 8, 128, grad=False), randn(4, 3000, 8, 128, grad=False)
+    exact_out, exact_lse = attention_reference(q, k, v, True, scale=1.0, upcast=True, softcap=30.0)
+    naive_out, naive_lse = attention_reference(q, k, v, True, scale=1.0, upcast=False, softcap=30.0)
+    calls = {
+        "attention": lambda: hopattn.attention(q, k, v, causal=True, softmax_scale=1.0, softcap=30.0,
+                                               num_splits=num_splits, return_lse=True),
+        "attention_with_kvcache": lambda: hopattn.attention_with_kvcache(q, k, v, causal=True, softmax_scale=1.0,
+                                                                         softcap=30.0, num_splits=num_splits,
+                                                                         return_lse=True),
+        "flash_attn_with_kvcache": lambda: hopattn.flash_attn_with_kvcache(q, k, v, causal=True, softmax_scale=1.0,
+                                                                           softcap=30.0, num_splits=num_splits,
+                                                                           return_softmax_lse=True),
+    }  # fmt: skip
+    for name, call in calls.items():
+        out, lse = run_or_skip(call)
+        check(f"{name} out", out, exact_out, naive_out, BF16)
+        check(f"{name} lse", lse, exact_lse, naive_lse, torch.float32)
+
+
+def test_flash_attn_drop_ins_pass_softcap_through():
+    """FlashAttention-3's functions with softcap give what hopattn's give (bitwise, same options),
+    gradients included, and match the reference."""
+    torch.manual_seed(73)
+    q, k, v = randn(2, 128, 8, 128), randn(2, 128, 2, 128), randn(2, 128, 2, 128)
+    # Deterministic, so that the gradients can be compared bitwise too.
+    ours = run_or_skip(hopattn.attention, q, k, v, causal=True, softmax_scale=1.0, softcap=30.0, num_splits=1,
+                       deterministic=True, return_lse=True)  # fmt: skip
+    theirs = hopattn.flash_attn_func(q, k, v, causal=True, softmax_scale=1.0, softcap=30.0, deterministic=True,
+                                     return_attn_probs=True)  # fmt: skip
+    assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
+    dout = torch.randn_like(ours[0])
+    for a, b in zip(torch.autograd.grad(ours[0], (q, k, v), dout), torch.autograd.grad(theirs[0], (q, k, v), dout)):
+        assert torch.equal(a, b)
+    exact_out, _ = attention_reference(q, k, v, True, scale=1.0, upcast=True, softcap=30.0)
+    naive_out, _ = attention_reference(q, k, v, True, scale=1.0, upcast=False, softcap=30.0)
+    check("flash_attn_func out", theirs[0], exact_out, naive_out, BF16)
+
+    cu = torch.tensor([0, 128, 256], dtype=torch.int32, device=DEVICE)
+    qv, kv, vv = q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1)
+    ours = hopattn.attention_varlen(qv, kv, vv, cu, cu, 128, 128, causal=True, softmax_scale=1.0, softcap=30.0,
+                                    num_splits=1)  # fmt: skip
+    theirs = hopattn.flash_attn_varlen_func(qv, kv, vv, cu, cu, 128, 128, causal=True, softmax_scale=1.0,
+                                            softcap=30.0)  # fmt: skip
+    assert torch.equal(ours, theirs)
+    check("flash_attn_varlen_func out", theirs.view(q.shape), exact_out, naive_out, BF16)
 
 
 # --- KV cache --------------------------------------------------------------------------------------
@@ -485,6 +651,9 @@ def test_tensors_on_another_device_than_the_current_one():
 def test_custom_ops_pass_opcheck():
     q, k = randn(2, 64, 4, 128, grad=True), randn(2, 64, 2, 128, grad=True)
     torch.library.opcheck(torch.ops.hopattn.forward.default, (q, k, k, 0.0, True, -1, -1, False, 0, -1))
+    sink = torch.randn(4, device=DEVICE, requires_grad=True)
+    torch.library.opcheck(torch.ops.hopattn.forward.default, (q, k, k, 0.0, True, -1, -1, False, 0, -1, sink))
+    torch.library.opcheck(torch.ops.hopattn.forward.default, (q, k, k, 1.0, True, -1, -1, False, 0, -1, None, 30.0))
     # The KV-cache operator writes only the caches it declares (each run appends at the same rows).
     q, cache, new = randn(2, 1, 4, 128, grad=False), randn(2, 256, 2, 128, grad=False), randn(2, 1, 2, 128, grad=False)
     lens = torch.tensor([3, 200], dtype=torch.int32, device=DEVICE)

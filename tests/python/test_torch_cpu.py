@@ -83,8 +83,6 @@ def test_window_size_must_be_a_pair():
 
 def test_flash_attn_features_hopattn_lacks_are_not_implemented():
     q = meta(1, 16, 2, 64)
-    with pytest.raises(NotImplementedError, match="softcap"):
-        hopattn.flash_attn_func(q, q, q, softcap=30.0)
     with pytest.raises(NotImplementedError, match="FP8"):
         hopattn.flash_attn_func(q, q, q, q_descale=torch.ones(1))
     with pytest.raises(RuntimeError, match="attention_chunk"):
@@ -313,7 +311,7 @@ def test_kvcache_argument_errors_before_the_library():
 
 def test_kvcache_features_hopattn_lacks_are_not_implemented():
     q, cache = meta(2, 1, 8, 64), meta(2, 256, 2, 64)
-    for option in (dict(qv=q), dict(k_descale=torch.ones(1)), dict(attention_chunk=128), dict(softcap=5.0),
+    for option in (dict(qv=q), dict(k_descale=torch.ones(1)), dict(attention_chunk=128),
                    dict(scheduler_metadata=ints(8))):  # fmt: skip
         with pytest.raises(NotImplementedError):
             hopattn.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=3, **option)
@@ -430,3 +428,317 @@ def test_page_tables_reach_the_library_as_rows_it_can_read():
     assert hop_torch._page_table(table.t()).is_contiguous()
     assert hop_torch._page_table_fields(table[:1])[1:] == (1, 16, 0)  # one row: its stride is never used
     assert hop_torch._page_table_fields(None) == (0, 0, 0, 0)
+
+
+# --- attention sinks (learnable_sink) ---------------------------------------------------------------
+
+
+def sink(heads, grad=False, dtype=torch.float32, device="meta"):
+    return torch.empty(heads, dtype=dtype, device=device, requires_grad=grad)
+
+
+def test_learnable_sink_argument_errors_before_the_library():
+    """Each wrong learnable_sink is named in Python (on meta tensors through the fake
+    implementations, so the same as under torch.compile), for every entry point."""
+    q, kv, cu = meta(2, 16, 4, 64), meta(2, 16, 2, 64), ints(3)
+    calls = {
+        "attention": lambda s: hopattn.attention(q, kv, kv, learnable_sink=s),
+        "attention_varlen": lambda s: hopattn.attention_varlen(q[0], kv[0], kv[0], cu, cu, 8, 8, learnable_sink=s),
+        "attention_with_kvcache": lambda s: hopattn.attention_with_kvcache(q, kv, kv, cache_seqlens=3,
+                                                                           learnable_sink=s),
+    }
+    wrong = [
+        (sink(2), ValueError, r"learnable_sink has shape \(2,\) but must be \(heads,\) = \(4,\): one logit per query "
+                              "head"),  # one per key/value head is a mistake under GQA
+        (sink((1, 4)), ValueError, r"learnable_sink has shape \(1, 4\)"),
+        (sink(()), ValueError, r"learnable_sink has shape \(\)"),
+        (sink(4, dtype=BF16), TypeError, "learnable_sink.dtype is torch.bfloat16 but must be torch.float32"),
+        (sink(4, device="cpu"), ValueError, "learnable_sink is on cpu but q is on meta"),
+    ]
+    for name, call in calls.items():
+        for bad, error, message in wrong:
+            with pytest.raises(error, match=message):
+                call(bad)
+        assert call(sink(4)).shape == (q[0] if name == "attention_varlen" else q).shape
+
+
+def test_learnable_sink_on_a_cpu_tensor_stops_at_q():
+    q = torch.randn(1, 16, 2, 64, dtype=BF16)
+    with pytest.raises(ValueError, match="runs on CUDA tensors"):  # before anything looks at the sink
+        hopattn.attention(q, q, q, learnable_sink=torch.zeros(2))
+
+
+@pytest.mark.parametrize("sink_grad", [True, False], ids=["sink_grad", "frozen_sink"])
+def test_meta_shapes_and_gradients_with_sinks(sink_grad):
+    q, k = meta(2, 100, 8, 64, grad=True), meta(2, 130, 2, 64, grad=True)
+    s = sink(8, grad=sink_grad)
+    out, lse = hopattn.attention(q, k, k, causal=True, window_size=(32, 0), return_lse=True, learnable_sink=s)
+    assert out.shape == q.shape and lse.shape == (2, 8, 100) and not lse.requires_grad
+    out.sum().backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape
+    assert (s.grad is not None) == sink_grad
+    if sink_grad:
+        assert s.grad.shape == (8,) and s.grad.dtype == torch.float32
+        s.grad = None
+    qv, kv, cu = meta(300, 8, 64, grad=True), meta(280, 2, 64, grad=True), ints(4)
+    out, lse = hopattn.attention_varlen(qv, kv, kv, cu, cu, 128, 100, return_lse=True, learnable_sink=s)
+    assert out.shape == qv.shape and lse.shape == (8, 300)
+    out.sum().backward()
+    assert (s.grad is not None) == sink_grad and kv.grad.shape == kv.shape
+
+
+def test_a_sink_that_needs_a_gradient_is_refused_on_pages():
+    q, pages, table, cu = meta(30, 8, 64), meta(40, 16, 2, 64), ints(2, 16), ints(3)
+    with pytest.raises(NotImplementedError, match="forward only"):
+        hopattn.attention_varlen(q, pages, pages, cu, None, 20, 0, page_table=table, learnable_sink=sink(8, grad=True))
+    out = hopattn.attention_varlen(q, pages, pages, cu, None, 20, 0, page_table=table, learnable_sink=sink(8))
+    assert out.shape == q.shape
+
+
+def test_backward_ops_return_the_sink_gradient():
+    """The backward operators' fourth output: the sink's gradient, or an empty (0,) float32 tensor
+    without a sink (operators return tensors, never None)."""
+    q, k = meta(2, 64, 4, 64), meta(2, 64, 2, 64)
+    lse = meta(2, 4, 64, dtype=torch.float32)
+    fixed = (q, q, k, k, q, lse, 0.0, True, -1, -1, False)
+    dq, dk, dv, dsink = torch.ops.hopattn.backward(*fixed)  # a caller of the schema from before the sink
+    assert dq.shape == q.shape and dk.shape == k.shape and dsink.shape == (0,) and dsink.dtype == torch.float32
+    assert torch.ops.hopattn.backward(*fixed, sink(4))[3].shape == (4,)
+    qv, kv, lse_v, cu = meta(100, 4, 64), meta(90, 2, 64), meta(4, 100, dtype=torch.float32), ints(3)
+    varlen = (qv, qv, kv, kv, qv, lse_v, cu, cu, None, None, 60, 60, 0.0, True, -1, -1, False)
+    assert torch.ops.hopattn.backward_varlen(*varlen)[3].shape == (0,)
+    assert torch.ops.hopattn.backward_varlen(*varlen, sink(4))[3].shape == (4,)
+
+
+def test_ops_with_sinks_pass_torch_library_opcheck_on_fake_tensors():
+    q, k, cu, s = meta(2, 64, 4, 64), meta(2, 64, 2, 64), ints(3), sink(4)
+    lse, lse_v = meta(2, 4, 64, dtype=torch.float32), meta(4, 128, dtype=torch.float32)
+    qv, kv = q.flatten(0, 1), k.flatten(0, 1)
+    cases = [
+        (torch.ops.hopattn.forward.default, (q, k, k, 0.0, True, -1, -1, False, 0, -1, s)),
+        (torch.ops.hopattn.forward_varlen.default, (qv, kv, kv, cu, cu, None, None, 64, 64, 0.0, True, 128, 0,
+                                                    False, 0, -1, None, s)),
+        (torch.ops.hopattn.backward.default, (q, q, k, k, q, lse, 0.0, True, -1, -1, False, s)),
+        (torch.ops.hopattn.backward.default, (q, q, k, k, q, lse, 0.0, True, -1, -1, False)),
+        (torch.ops.hopattn.backward_varlen.default, (qv, qv, kv, kv, qv, lse_v, cu, cu, None, None, 64, 64, 0.0,
+                                                     True, -1, -1, False, s)),
+        (torch.ops.hopattn.forward_kvcache.default, (meta(2, 1, 4, 64), k, k, None, None, None, None, ints(2), None,
+                                                     None, None, None, None, 0, None, 0.0, True, -1, -1, True, 0, -1,
+                                                     s)),
+    ]  # fmt: skip
+    for op, args in cases:
+        torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor"))
+
+
+def test_compile_fullgraph_with_sinks():
+    torch._dynamo.reset()
+
+    def loss(q, k, v, s, cu, max_q: int):
+        out, lse = hopattn.attention(q, k, v, causal=True, return_lse=True, learnable_sink=s)
+        varlen = hopattn.attention_varlen(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), cu, cu, max_q, max_q,
+                                          learnable_sink=s)  # fmt: skip
+        return out.float().sum() + lse.sum() + varlen.float().sum()
+
+    q, k, s = meta(2, 64, 8, 64, grad=True), meta(2, 64, 2, 64, grad=True), sink(8, grad=True)
+    torch.compile(loss, fullgraph=True, backend="aot_eager")(q, k, k, s, ints(3), 64).backward()
+    assert s.grad.shape == (8,) and q.grad.shape == q.shape
+
+
+def test_sinks_reach_the_library(cpu_memory_as_device, monkeypatch):
+    """A sink the Python checks let through (they are switched off here) but the library refuses
+    gets the library's message, from every call; a valid one stops at the device check."""
+    q, kv = torch.randn(2, 32, 4, 64, dtype=BF16), torch.randn(2, 32, 2, 64, dtype=BF16)
+    good = torch.zeros(8)[::2]  # strided: made contiguous for the library
+    with pytest.raises(hopattn.DeviceUnavailableError):
+        hopattn.attention(q, kv, kv, learnable_sink=good)
+    monkeypatch.setattr(hop_torch, "_check_sink", lambda sink, q: None)
+    bad = torch.zeros(3)
+    cu = torch.tensor([0, 32, 64], dtype=torch.int32)
+    message = r"sinks.shape\[0\] is 3 but must be 4"
+    with pytest.raises(ValueError, match=message):
+        hopattn.attention(q, kv, kv, learnable_sink=bad)
+    with pytest.raises(ValueError, match=message):
+        hopattn.attention_varlen(q.flatten(0, 1), kv.flatten(0, 1), kv.flatten(0, 1), cu, cu, 32, 32,
+                                 learnable_sink=bad)  # fmt: skip
+    with pytest.raises(ValueError, match=message):
+        hopattn.attention_with_kvcache(q[:, :1], kv, kv, cache_seqlens=5, learnable_sink=bad)
+    lse = torch.zeros(2, 4, 32)
+    with pytest.raises(ValueError, match=message):
+        hop_torch.backward_impl(q, q, kv, kv, q, lse, None, None, None, None, 0, 0, 0.0, True, -1, -1, False, bad)
+    with pytest.raises(hopattn.DeviceUnavailableError):  # with its gradient, the backward stops at the device
+        hop_torch.backward_impl(q, q, kv, kv, q, lse, None, None, None, None, 0, 0, 0.0, True, -1, -1, False, good)
+
+
+# --- softcapping ------------------------------------------------------------------------------------
+
+
+def _softcap_calls(q, kv, cu):
+    """Every entry point that takes softcap, as functions of it (meta tensors: the fake
+    implementations, so the same as under torch.compile)."""
+    return {
+        "attention": lambda c: hopattn.attention(q, kv, kv, softcap=c),
+        "attention_varlen": lambda c: hopattn.attention_varlen(q[0], kv[0], kv[0], cu, cu, 8, 8, softcap=c),
+        "attention_with_kvcache": lambda c: hopattn.attention_with_kvcache(q, kv, kv, cache_seqlens=3, softcap=c),
+        "flash_attn_func": lambda c: hopattn.flash_attn_func(q, kv, kv, softcap=c),
+        "flash_attn_varlen_func": lambda c: hopattn.flash_attn_varlen_func(q[0], kv[0], kv[0], cu, cu, 8, 8,
+                                                                           softcap=c),
+        "flash_attn_with_kvcache": lambda c: hopattn.flash_attn_with_kvcache(q, kv, kv, cache_seqlens=3, softcap=c),
+    }  # fmt: skip
+
+
+def test_softcap_argument_errors_before_the_library():
+    q, kv, cu = meta(2, 16, 4, 64), meta(2, 16, 2, 64), ints(3)
+    rule = "but must be 0 \\(off\\) or a positive finite cap"
+    wrong = [
+        (-1.0, ValueError, f"softcap is -1.0 {rule}"),
+        (-1e-30, ValueError, f"softcap is -1e-30 {rule}"),  # however small, a negative cap is no "off"
+        (float("nan"), ValueError, f"softcap is nan {rule}"),
+        (float("inf"), ValueError, f"softcap is inf {rule}"),
+        (-5, ValueError, f"softcap is -5.0 {rule}"),
+        ("30", TypeError, "softcap must be a Python float, got str"),
+        (True, TypeError, "softcap must be a Python float, got bool"),
+        (torch.tensor(30.0), TypeError, "softcap must be a Python float, got Tensor"),  # no read-back
+        (None, TypeError, "softcap must be a Python float, got NoneType"),
+    ]
+    for name, call in _softcap_calls(q, kv, cu).items():
+        for bad, error, message in wrong:
+            with pytest.raises(error, match=message) as info:
+                call(bad)
+            assert isinstance(info.value, hopattn.HopattnError), (name, bad)
+        for good in (0.0, 30.0, 5, 1e-3):  # ints are taken as floats
+            assert call(good).shape == (q[0] if "varlen" in name else q).shape, (name, good)
+
+
+def test_softcap_on_a_cpu_tensor_stops_at_q():
+    q = torch.randn(1, 16, 2, 64, dtype=BF16)
+    with pytest.raises(ValueError, match="runs on CUDA tensors"):
+        hopattn.attention(q, q, q, softcap=30.0)
+
+
+def test_meta_shapes_and_gradients_with_softcap():
+    q, k = meta(2, 100, 8, 64, grad=True), meta(2, 130, 2, 64, grad=True)
+    out, lse = hopattn.attention(q, k, k, causal=True, return_lse=True, softcap=30.0)
+    assert out.shape == q.shape and lse.shape == (2, 8, 100) and not lse.requires_grad
+    out.sum().backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape
+    qv, kv, cu = meta(300, 8, 64, grad=True), meta(280, 2, 64, grad=True), ints(4)
+    out, lse = hopattn.attention_varlen(qv, kv, kv, cu, cu, 128, 100, return_lse=True, softcap=5.0)
+    assert out.shape == qv.shape and lse.shape == (8, 300)
+    out.sum().backward()
+    assert qv.grad.shape == qv.shape and kv.grad.shape == kv.shape
+
+
+def test_softcap_reaches_the_backward_operators():
+    """Autograd hands the forward's softcap to the backward operator (recorded by a dispatch mode,
+    which also routes the calls through the operators)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.softcaps = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.namespace == "hopattn":  # every caller passes softcap, positionally
+                names = [a.name for a in func._schema.arguments]
+                self.softcaps[func.__name__] = args[names.index("softcap")]
+            return func(*args, **(kwargs or {}))
+
+    q, k = meta(2, 64, 8, 64, grad=True), meta(2, 64, 2, 64, grad=True)
+    qv, kv, cu = meta(128, 8, 64, grad=True), meta(128, 2, 64, grad=True), ints(3)
+    with Record() as record:
+        hopattn.attention(q, k, k, causal=True, softcap=30.0).sum().backward()
+        hopattn.flash_attn_varlen_func(qv, kv, kv, cu, cu, 64, 64, softcap=5.0).sum().backward()
+        hopattn.flash_attn_with_kvcache(q[:, :1], k, k, cache_seqlens=3, softcap=7.0)
+    assert record.softcaps == {"forward.default": 30.0, "backward.default": 30.0, "forward_varlen.default": 5.0,
+                               "backward_varlen.default": 5.0, "forward_kvcache.default": 7.0}  # fmt: skip
+
+
+def test_eager_autograd_passes_softcap_to_the_backward(monkeypatch):
+    """The eager path (no dispatcher) keeps the forward's softcap for its backward; the launches are
+    replaced by stand-ins that record it, so this runs on CPU tensors."""
+    seen = []
+
+    def fake_forward(q, *args, **kwargs):
+        seen.append(("forward", args[-1]))  # softcap: the last positional argument
+        heads_first = (q.shape[1], q.shape[0]) if q.dim() == 3 else (q.shape[0], q.shape[2], q.shape[1])
+        return torch.zeros_like(q), torch.zeros(heads_first)
+
+    def fake_backward(dout, q, k, v, out, lse, *args):
+        seen.append(("backward", args[-1]))
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), None
+
+    monkeypatch.setattr(hop_torch, "forward_impl", fake_forward)
+    monkeypatch.setattr(hop_torch, "backward_impl", fake_backward)
+    q = torch.randn(1, 16, 2, 64, dtype=BF16, requires_grad=True)
+    hopattn.attention(q, q, q, softcap=30.0).sum().backward()
+    assert seen == [("forward", 30.0), ("backward", 30.0)]
+    seen.clear()
+    cu = torch.tensor([0, 16], dtype=torch.int32)
+    hopattn.attention_varlen(q[0], q[0], q[0], cu, cu, 16, 16, softcap=5).sum().backward()
+    assert seen == [("forward", 5.0), ("backward", 5.0)]
+
+
+def test_ops_with_softcap_pass_torch_library_opcheck_on_fake_tensors():
+    """Each operator takes softcap last, with a default of 0.0 (callers of the older schemas are
+    unaffected: the other opcheck tests call them without it)."""
+    for name in ("forward", "forward_varlen", "forward_kvcache", "backward", "backward_varlen"):
+        last = getattr(torch.ops.hopattn, name).default._schema.arguments[-1]
+        assert (last.name, str(last.type), last.default_value) == ("softcap", "float", 0.0), name
+    q, k, cu, s = meta(2, 64, 4, 64), meta(2, 64, 2, 64), ints(3), sink(4)
+    lse, lse_v = meta(2, 4, 64, dtype=torch.float32), meta(4, 128, dtype=torch.float32)
+    qv, kv = q.flatten(0, 1), k.flatten(0, 1)
+    cases = [
+        (torch.ops.hopattn.forward.default, (q, k, k, 0.0, True, -1, -1, False, 0, -1, None, 30.0)),
+        (torch.ops.hopattn.forward.default, (q, k, k, 0.0, True, -1, -1, False, 0, -1, s, 5.0)),
+        (torch.ops.hopattn.forward_varlen.default, (qv, kv, kv, cu, cu, None, None, 64, 64, 0.0, True, -1, -1,
+                                                    False, 0, -1, None, None, 30.0)),
+        (torch.ops.hopattn.backward.default, (q, q, k, k, q, lse, 0.0, True, -1, -1, False, None, 30.0)),
+        (torch.ops.hopattn.backward_varlen.default, (qv, qv, kv, kv, qv, lse_v, cu, cu, None, None, 64, 64, 0.0,
+                                                     True, -1, -1, False, s, 30.0)),
+        (torch.ops.hopattn.forward_kvcache.default, (meta(2, 1, 4, 64), k, k, None, None, None, None, ints(2), None,
+                                                     None, None, None, None, 0, None, 0.0, True, -1, -1, True, 0, -1,
+                                                     None, 30.0)),
+    ]  # fmt: skip
+    for op, args in cases:
+        torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor"))
+    # A direct operator call is checked as the public functions check.
+    with pytest.raises(ValueError, match="softcap is -1.0"):
+        torch.ops.hopattn.backward(q, q, k, k, q, lse, 0.0, True, -1, -1, False, None, -1.0)
+
+
+def test_compile_fullgraph_with_softcap():
+    torch._dynamo.reset()
+
+    def loss(q, k, v, cu, max_q: int):
+        out, lse = hopattn.attention(q, k, v, causal=True, return_lse=True, softcap=30.0)
+        varlen = hopattn.flash_attn_varlen_func(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), cu, cu, max_q,
+                                                max_q, softcap=5.0)  # fmt: skip
+        return out.float().sum() + lse.sum() + varlen.float().sum()
+
+    q, k = meta(2, 64, 8, 64, grad=True), meta(2, 64, 2, 64, grad=True)
+    torch.compile(loss, fullgraph=True, backend="aot_eager")(q, k, k, ints(3), 64).backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape
+
+
+def test_softcap_reaches_the_library(cpu_memory_as_device, monkeypatch):
+    """A cap the Python check lets through (it is switched off here) but the library refuses gets
+    the library's message, from every call; a valid one stops at the device check."""
+    q, kv = torch.randn(2, 32, 4, 64, dtype=BF16), torch.randn(2, 32, 2, 64, dtype=BF16)
+    with pytest.raises(hopattn.DeviceUnavailableError):
+        hopattn.attention(q, kv, kv, softcap=30.0)
+    monkeypatch.setattr(hop_torch, "_softcap", float)
+    cu = torch.tensor([0, 32, 64], dtype=torch.int32)
+    message = r"softcap is -1 but must be 0 \(off\) or a positive finite cap"
+    with pytest.raises(ValueError, match=message):
+        hopattn.attention(q, kv, kv, softcap=-1.0)
+    with pytest.raises(ValueError, match=message):
+        hopattn.attention_varlen(q.flatten(0, 1), kv.flatten(0, 1), kv.flatten(0, 1), cu, cu, 32, 32, softcap=-1.0)
+    with pytest.raises(ValueError, match=message):
+        hopattn.attention_with_kvcache(q[:, :1], kv, kv, cache_seqlens=5, softcap=-1.0)
+    lse = torch.zeros(2, 4, 32)
+    backward = (q, q, kv, kv, q, lse, None, None, None, None, 0, 0, 0.0, True, -1, -1, False, None)
+    with pytest.raises(ValueError, match=message):
+        hop_torch.backward_impl(*backward, -1.0)
+    with pytest.raises(hopattn.DeviceUnavailableError):  # a valid cap: the backward stops at the device
+        hop_torch.backward_impl(*backward, 30.0)

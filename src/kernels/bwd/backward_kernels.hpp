@@ -7,14 +7,15 @@
 #include <cstddef>
 
 #include "kernels/common/device_limits.hpp"
-#include "kernels/common/problem.hpp"
 #include "kernels/bwd/bwd_workspace.hpp"
+#include "kernels/common/problem.hpp"
+#include "kernels/common/score_variant.hpp"
 
 namespace hopattn {
 
 // Preprocess, main and postprocess kernels on `stream`; `workspace` holds at least
-// BackwardWorkspace::bytes_for(problem, kHeadDim) bytes.
-template <DType kDType, int kHeadDim>
+// BackwardWorkspace::bytes_for(problem, kHeadDim) bytes. kScores must be score_variant(problem).
+template <DType kDType, int kHeadDim, ScoreVariant kScores>
 cudaError_t launch_backward_kernels(const Problem& problem, const BackwardTensors& tensors, void* workspace,
                                     bool deterministic, const DeviceLimits& device, cudaStream_t stream);
 

@@ -14,7 +14,8 @@ namespace hopattn {
 // kDeterministic: the dQ writer adds in key-block order (params.deterministic says the same at run
 // time, for the grid order); a template parameter, so that neither mode's MMA loop carries the
 // other's branches (a run-time branch around the stage release made ptxas wait on every WGMMA).
-template <class Traits, bool kDeterministic>
+// kScores: the score variant (score_variant.hpp).
+template <class Traits, bool kDeterministic, ScoreVariant kScores>
 __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID_CONSTANT BackwardParams<Traits> const params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ char shared_memory[];
@@ -43,7 +44,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID
     if (warp == 1) backward_dq_writer<Traits, kDeterministic>(params, smem, t);
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kMmaRegisters>();
-    backward_mma<Traits, kDeterministic>(params, smem, pipeline, t);
+    backward_mma<Traits, kDeterministic, kScores>(params, smem, pipeline, t);
   }
 #endif
 }

@@ -29,10 +29,10 @@ using TransposedStagedLayout = decltype(cute::composition(
     Layout{}, cute::make_layout(cute::Shape<Cols, Rows, Stages>{},
                                 cute::Stride<Rows, cute::_1, cute::Int<Rows::value * Cols::value>>{})));
 
-template <typename Element_, int kHeadDim_>
+template <typename Element_, int kHeadDim_, class Config_ = BackwardTileConfig<kHeadDim_>>
 struct BackwardKernelTraits {
   using Element = Element_;
-  using Config = BackwardTileConfig<kHeadDim_>;
+  using Config = Config_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = Config::kBlockM;
   static constexpr int kBlockN = Config::kBlockN;

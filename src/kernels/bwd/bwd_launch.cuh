@@ -6,12 +6,15 @@
 
 #include <cute/tensor.hpp>
 
+#include <type_traits>
+
 #include "kernels/bwd/backward_kernels.hpp"
 #include "kernels/bwd/bwd_kernel.cuh"
 #include "kernels/bwd/bwd_head_slices.hpp"
 #include "kernels/bwd/bwd_kernel_traits.cuh"
 #include "kernels/bwd/bwd_postprocess.cuh"
 #include "kernels/bwd/bwd_preprocess.cuh"
+#include "kernels/bwd/bwd_sink_gradient.cuh"
 #include "kernels/common/constants.hpp"
 #include "kernels/common/cutlass_element.hpp"
 #include "kernels/common/grid_dependency.cuh"
@@ -19,6 +22,11 @@
 #include "kernels/common/tma_tensors.cuh"
 
 namespace hopattn {
+
+// The tiles of score variant kScores (bwd_tile_config.hpp).
+template <int kHeadDim, ScoreVariant kScores>
+using BackwardTileConfigOf = std::conditional_t<kScores == ScoreVariant::kSoftcap, BackwardSoftcapTileConfig<kHeadDim>,
+                                                BackwardTileConfig<kHeadDim>>;
 
 namespace backward_launch_detail {
 
@@ -55,6 +63,9 @@ BackwardParams<Traits> make_backward_params(const Problem& p, const BackwardTens
   params.dv = t.dv;
   params.workspace = BackwardWorkspace::carve(workspace, p, Traits::kHeadDim);
   params.scale_log2 = p.softmax_scale * kLog2e;
+  params.softcap_in = p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f;
+  params.softcap_log2 = p.softcap * kLog2e;
+  params.softcap_log2_inverse = p.softcap > 0.f ? 1.f / params.softcap_log2 : 0.f;
   params.head_slices = head_slices;
   params.deterministic = deterministic;
   // What a unit (a slice of a KV head's group, one sequence) streams: Q, dO and the fp32 dQ
@@ -72,12 +83,13 @@ BackwardParams<Traits> make_backward_params(const Problem& p, const BackwardTens
 
 }  // namespace backward_launch_detail
 
-template <DType kDType, int kHeadDim>
-cudaError_t launch_backward_kernels(const Problem& problem, const BackwardTensors& tensors, void* workspace,
-                                    bool deterministic, const DeviceLimits& device, cudaStream_t stream) {
+// dQ, dK and dV: the preprocess, the main kernel, the postprocesses.
+template <DType kDType, int kHeadDim, ScoreVariant kScores>
+cudaError_t launch_backward_gradients(const Problem& problem, const BackwardTensors& tensors, void* workspace,
+                                      bool deterministic, const DeviceLimits& device, cudaStream_t stream) {
   using namespace backward_launch_detail;
   using Element = typename CutlassElement<kDType>::type;
-  using Traits = BackwardKernelTraits<Element, kHeadDim>;
+  using Traits = BackwardKernelTraits<Element, kHeadDim, BackwardTileConfigOf<kHeadDim, kScores>>;
   // With max_seqlen_q = 0 there is no query block: only the main kernel runs, writing dK = dV = 0
   // itself (one slice).
   auto blocks_of = [&](int rows) {
@@ -104,9 +116,10 @@ cudaError_t launch_backward_kernels(const Problem& problem, const BackwardTensor
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
 
-  auto* const main_kernel = deterministic ? &backward_kernel<Traits, true> : &backward_kernel<Traits, false>;
-  if (cudaError_t e = deterministic ? allow_shared_bytes<&backward_kernel<Traits, true>>(Traits::kSharedBytes)
-                                    : allow_shared_bytes<&backward_kernel<Traits, false>>(Traits::kSharedBytes);
+  auto* const main_kernel =
+      deterministic ? &backward_kernel<Traits, true, kScores> : &backward_kernel<Traits, false, kScores>;
+  if (cudaError_t e = deterministic ? allow_shared_bytes<&backward_kernel<Traits, true, kScores>>(Traits::kSharedBytes)
+                                    : allow_shared_bytes<&backward_kernel<Traits, false, kScores>>(Traits::kSharedBytes);
       e != cudaSuccess) {
     return e;
   }
@@ -128,6 +141,24 @@ cudaError_t launch_backward_kernels(const Problem& problem, const BackwardTensor
     return cudaGetLastError();
   }
   main_kernel<<<main_grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+template <DType kDType, int kHeadDim, ScoreVariant kScores>
+cudaError_t launch_backward_kernels(const Problem& problem, const BackwardTensors& tensors, void* workspace,
+                                    bool deterministic, const DeviceLimits& device, cudaStream_t stream) {
+  if (score_variant(problem) != kScores) return cudaErrorInvalidValue;  // the dispatcher's job
+  const cudaError_t e = launch_backward_gradients<kDType, kHeadDim, kScores>(problem, tensors, workspace,
+                                                                             deterministic, device, stream);
+  if (e != cudaSuccess || tensors.dsinks == nullptr) return e;
+  // Attention sinks: their gradient from LSE and the preprocess's D, once the other kernels are
+  // launched (stream order); without a query row it is 0.
+  if (problem.max_seqlen_q == 0) return cudaMemsetAsync(tensors.dsinks, 0, sizeof(float) * problem.heads, stream);
+  using Traits =
+      BackwardKernelTraits<typename CutlassElement<kDType>::type, kHeadDim, BackwardTileConfigOf<kHeadDim, kScores>>;
+  const BackwardWorkspace ws = BackwardWorkspace::carve(workspace, problem, Traits::kHeadDim);
+  backward_sink_gradient_kernel<Traits>
+      <<<problem.heads, kSinkGradientThreads, 0, stream>>>(problem, tensors.lse, tensors.sinks, tensors.dsinks, ws);
   return cudaGetLastError();
 }
 

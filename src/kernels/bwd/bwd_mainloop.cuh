@@ -20,6 +20,8 @@
 #include "kernels/common/fast_exp2.cuh"
 #include "kernels/common/grid_dependency.cuh"
 #include "kernels/common/mask_fragment.cuh"
+#include "kernels/common/score_variant.hpp"
+#include "kernels/common/softcap.cuh"
 #include "kernels/common/mma_layouts.cuh"
 #include "kernels/common/named_barriers.hpp"
 #include "kernels/common/warpgroup_mma.cuh"
@@ -283,7 +285,8 @@ CUTE_DEVICE void add_key_block_slice(const BackwardParams<Traits>& params, const
   }
 }
 
-template <class Traits, bool kDeterministic>
+// kScores: what happens to a score before the softmax (score_variant.hpp).
+template <class Traits, bool kDeterministic, ScoreVariant kScores>
 CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Traits::SharedStorage& smem,
                               typename Traits::Pipeline& pipeline, const BackwardTile& t) {
   // In deterministic mode the handoff below can wait for the writer, which waits for the
@@ -352,10 +355,21 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
     const BandMask mask = params.problem.mask;
     const float scale_log2 = params.scale_log2;
     const int first_key = t.n_block * Traits::kBlockN;
-    // dS^T = P^T * (dP^T - D), to the element type.
-    auto compute_ds = [&](const float* dpsum) {
+    constexpr bool kSoftcap = kScores == ScoreVariant::kSoftcap;
+    // dS^T = P^T * (dP^T - D), to the element type. With softcap, times d tanh = 1 - t^2, with t
+    // recovered from P itself, t = (log2 P + LSE log2) / (softcap log2 e): kept from P's
+    // computation instead, 32 more live registers at d128 spilled in the loop. P is 0 or at least
+    // FLT_MIN (fast_exp2 flushes), and a zero P makes dS 0 whatever t.
+    auto compute_ds = [&](const float* dpsum, const float* lse_log2) {
       CUTE_UNROLL
-      for (int i = 0; i < size(tdPrdP); ++i) tdPrdP(i) = tSrS(i) * (tdPrdP(i) - dpsum[get<1>(cS(i))]);
+      for (int i = 0; i < size(tdPrdP); ++i) {
+        tdPrdP(i) = tSrS(i) * (tdPrdP(i) - dpsum[get<1>(cS(i))]);
+        if constexpr (kSoftcap) {
+          const float p = tSrS(i);
+          const float tanh_score = (fast_log2(p) + lse_log2[get<1>(cS(i))]) * params.softcap_log2_inverse;
+          tdPrdP(i) *= p > 0.f ? fmaf(-tanh_score, tanh_score, 1.f) : 0.f;
+        }
+      }
       convert_fragment(tdPrdP, rdS);
     };
     // The scores this thread wrote to shared memory (dS^T; with split queries P^T too) become
@@ -382,11 +396,19 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
         issue_warpgroup_gemm</*kZeroInit=*/true>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), tdPrdP);
 
         // P^T = exp2(S^T * scale * log2(e) - LSE * log2(e)); padding rows carry LSE = +inf, so P = 0.
+        // With softcap, P^T = exp2(t * softcap * log2(e) - LSE * log2(e)), t = tanh(S^T * softcap_in).
         const float* lse_log2 = smem.lse_log2.data() + stage * Traits::kBlockM;
         const float* dpsum = smem.dpsum.data() + stage * Traits::kBlockM;
         warpgroup_wait<1>();
         CUTE_UNROLL
-        for (int i = 0; i < size(tSrS); ++i) tSrS(i) = fast_exp2(fmaf(tSrS(i), scale_log2, -lse_log2[get<1>(cS(i))]));
+        for (int i = 0; i < size(tSrS); ++i) {
+          if constexpr (kSoftcap) {
+            tSrS(i) = fast_exp2(fmaf(fast_tanh(tSrS(i) * params.softcap_in), params.softcap_log2,
+                                     -lse_log2[get<1>(cS(i))]));
+          } else {
+            tSrS(i) = fast_exp2(fmaf(tSrS(i), scale_log2, -lse_log2[get<1>(cS(i))]));
+          }
+        }
         // Boundary blocks only (a warp-uniform branch): hidden pairs get P = 0, and with it dS = 0.
         if (t.masked(m)) {
           const BandView view = BandView::from_keys(mask, t.seqlen_q, t.seqlen_k);
@@ -402,7 +424,7 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
           convert_fragment(tSrS, rP);
           copy(score_store, thr_score_store.retile_S(rP), tPsP(_, _, _, stage));
           warpgroup_wait<0>();  // dP^T
-          compute_ds(dpsum);
+          compute_ds(dpsum, lse_log2);
           wait_until_scores_read();
           copy(score_store, thr_score_store.retile_S(rdS), tdSsdS(_, _, _, stage));
           publish_scores();
@@ -419,10 +441,10 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
             convert_fragment(tSrS, rP);
             issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdVrP, tdVrdOt(_, _, _, stage), tdVrdV);
             warpgroup_wait<1>();  // dP^T
-            compute_ds(dpsum);
+            compute_ds(dpsum, lse_log2);
           } else {
             warpgroup_wait<0>();  // dP^T
-            compute_ds(dpsum);
+            compute_ds(dpsum, lse_log2);
             convert_fragment(tSrS, rP);
             issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdVrP, tdVrdOt(_, _, _, stage), tdVrdV);
           }

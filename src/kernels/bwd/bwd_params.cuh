@@ -43,6 +43,11 @@ struct BackwardParams {
   RowTensor dk, dv;
   BackwardWorkspace workspace;
   float scale_log2;  // softmax_scale * log2(e)
+  // Softcap (ScoreVariant::kSoftcap, softcap.cuh): the tanh's argument is the raw score times
+  // softcap_in (softmax_scale / softcap), P's exp2 factor softcap_log2 (softcap * log2(e)).
+  float softcap_in;
+  float softcap_log2;
+  float softcap_log2_inverse;  // 1 / softcap_log2, to recover tanh from P for dS
   int head_slices;   // CTAs per (key block, KV head): see bwd_head_slices.hpp
   int section_units;  // deterministic grid order: units per L2 section (bwd_grid_order.hpp)
   bool deterministic;

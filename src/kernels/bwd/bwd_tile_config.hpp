@@ -28,4 +28,14 @@ struct BackwardTileConfig<256> {
   static constexpr int kBlockM = 64, kBlockN = 64, kStages = 1;
 };
 
+// The softcap variant's tiles (ScoreVariant::kSoftcap): by default the same. At d64 the 128-query
+// blocks spilled 26-29 values in the main loop with the tanh and the d tanh recovered from P;
+// 64-query blocks, as at d128, do not.
+template <int kHeadDim>
+struct BackwardSoftcapTileConfig : BackwardTileConfig<kHeadDim> {};
+template <>
+struct BackwardSoftcapTileConfig<64> {
+  static constexpr int kBlockM = 64, kBlockN = 128, kStages = 2;
+};
+
 }  // namespace hopattn

@@ -72,6 +72,7 @@ struct Problem {
   SequenceLayout queries;
   SequenceLayout keys;
   float softmax_scale = 0.0f;  // resolved: never 0
+  float softcap = 0.0f;        // > 0: scores are capped, softcap * tanh(softmax_scale * q.k / softcap)
   BandMask mask;
   // Forward only: ForwardArgs::num_splits (>= 0) and pack_gqa, as the caller gave them.
   int num_splits = 0;
@@ -96,11 +97,14 @@ struct Problem {
 };
 
 struct ForwardTensors {
-  RowTensor q, k, v, o, lse;  // lse.data may be null
+  RowTensor q, k, v, o, lse;     // lse.data may be null
+  const float* sinks = nullptr;  // optional: one logit per query head
 };
 
 struct BackwardTensors {
   RowTensor q, k, v, o, lse, dout, dq, dk, dv;
+  const float* sinks = nullptr;  // optional, with dsinks: one logit per query head
+  float* dsinks = nullptr;
 };
 
 }  // namespace hopattn

@@ -8,18 +8,19 @@
 
 #include "kernels/common/device_limits.hpp"
 #include "kernels/common/problem.hpp"
+#include "kernels/common/score_variant.hpp"
 
 namespace hopattn {
 
 // `workspace`: null, or forward_workspace_bytes() bytes (16-byte aligned) that the kernel may use
 // to split its last round of tiles along the keys or to take its tiles from a counter
-// (fwd_workspace.cuh).
-template <DType kDType, int kHeadDim>
+// (fwd_workspace.cuh). kScores must be score_variant(problem).
+template <DType kDType, int kHeadDim, ScoreVariant kScores>
 cudaError_t launch_forward_kernel(const Problem& problem, const ForwardTensors& tensors, const DeviceLimits& device,
                                   void* workspace, cudaStream_t stream);
 
 // The workspace that launch_forward_kernel can use for `problem` on `device` (0: none).
-template <DType kDType, int kHeadDim>
+template <DType kDType, int kHeadDim, ScoreVariant kScores>
 size_t forward_workspace_bytes(const Problem& problem, const DeviceLimits& device);
 
 }  // namespace hopattn

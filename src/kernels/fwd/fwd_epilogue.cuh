@@ -8,6 +8,7 @@
 #include <cute/tensor.hpp>
 
 #include "kernels/common/accumulator_store.cuh"
+#include "kernels/common/log_sum_exp.hpp"
 #include "kernels/fwd/fwd_tile_info.cuh"
 #include "kernels/fwd/fwd_workspace.cuh"
 
@@ -108,7 +109,34 @@ CUTE_DEVICE void store_empty_tile(const ForwardParams<Traits>& params, const For
           make_uint4(bits, bits, bits, bits);
     }
   }
-  for (int r = thread; r < Traits::kBlockM; r += threads) store_lse(params, t, t.first_row + r, lse, pack);
+  for (int r = thread; r < Traits::kBlockM; r += threads) {
+    const int row = t.first_row + r;
+    // A row that sees no key but a sink: LSE = sink (O = 0 all the same).
+    const bool sink = lse == -INFINITY && params.sinks != nullptr && is_query(t, row, pack);
+    store_lse(params, t, row, sink ? params.sinks[t.head_of(row, pack)] : lse, pack);
+  }
+}
+
+// Attention sinks on a finished row (the whole of its keys): its LSE takes its head's sink in and
+// O shrinks by the keys' share, exp(lse_keys - lse). A row that saw no key gets LSE = sink; its O
+// is 0 already. A NaN row (a faulted KV cache sequence) stays NaN.
+template <class Traits, class AccO, class RowCoords, int kRows>
+CUTE_DEVICE void add_sinks(const ForwardParams<Traits>& params, const ForwardTile& t, AccO& tOrO,
+                           RowCoords const& tScS, float (&lse)[kRows], int pack) {
+  float keys_share[kRows];
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    const int row = t.first_row + cute::get<0>(tScS(r, 0));
+    keys_share[r] = 1.f;
+    if (!is_query(t, row, pack)) continue;
+    LogSumExp total;
+    total.add(lse[r]);
+    total.add(params.sinks[t.head_of(row, pack)]);
+    const float with_sink = total.value();
+    keys_share[r] = lse[r] == -INFINITY ? 0.f : piece_weight(lse[r], with_sink);
+    lse[r] = with_sink;
+  }
+  scale_rows(tOrO, keys_share);
 }
 
 template <class Traits, class AccO, class RowCoords, int kRows>

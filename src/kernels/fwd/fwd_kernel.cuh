@@ -15,8 +15,8 @@ namespace hopattn {
 // kPackedRows: the tiles' rows pack GQA heads (params.pack > 1; fwd_split_plan.hpp), on a tile
 // of their own (ForwardPackedTileConfig). A kernel of its own: with both consumers in one kernel,
 // the packed rows' mask (a division per row) and Q copies cost the other one's main loop 100-300
-// bytes of spills at d128.
-template <class Traits, bool kPackedRows>
+// bytes of spills at d128. kScores: the score variant (score_variant.hpp).
+template <class Traits, bool kPackedRows, ScoreVariant kScores>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     forward_kernel(CUTE_GRID_CONSTANT ForwardParams<Traits> const params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (warp == 1) forward_tile_publisher<Traits>(params, smem);
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
-    forward_consumer<Traits, kPackedRows>(params, smem, pipeline_k, pipeline_v);
+    forward_consumer<Traits, kPackedRows, kScores>(params, smem, pipeline_k, pipeline_v);
   }
 #endif
 }

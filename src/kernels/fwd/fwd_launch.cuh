@@ -5,6 +5,7 @@
 #include <cute/tensor.hpp>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/common/constants.hpp"
 #include "kernels/common/cutlass_element.hpp"
@@ -145,7 +146,10 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   params.v = t.v;
   params.o = t.o;
   params.lse = t.lse;
+  params.sinks = t.sinks;
   params.scale_log2 = p.softmax_scale * kLog2e;
+  params.softcap_in = p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f;
+  params.softcap_log2 = p.softcap * kLog2e;
   // Without a mask every tile has the same length and only L2 reuse matters: one KV head per
   // section, so the m_blocks of a head run side by side and a round of the grid reads the K/V of a
   // few heads (as cuDNN orders it). Sections of heads whose K/V fit in half of L2 read 2.5x more
@@ -234,7 +238,7 @@ cudaError_t launch_forward_grid(const Problem& problem, const ForwardParams<Trai
                                      stream, params, static_cast<int>(row_blocks));
 }
 
-template <class Traits>
+template <class Traits, ScoreVariant kScores>
 cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& tensors, const DeviceLimits& device,
                                  void* workspace, cudaStream_t stream) {
   const ForwardParams<Traits> params = make_forward_params<Traits>(problem, tensors, device, workspace);
@@ -243,17 +247,22 @@ cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& t
   // with_forward_traits never gives a gathering problem a tile without the gather path.
   if (params.problem.key_cache.gather && !Traits::kGathersKeys) return cudaErrorInvalidValue;
 
-  return launch_forward_grid<Traits, &forward_kernel<Traits, Traits::kPackedRows>>(problem, params, device, stream);
+  return launch_forward_grid<Traits, &forward_kernel<Traits, Traits::kPackedRows, kScores>>(problem, params, device,
+                                                                                             stream);
 }
 
-// Calls f(Traits{}) with the kernel traits that launch_forward_kernel uses for `problem`: the
-// packed tile where the plan packs GQA heads (the only traits that pack), else the unmasked tile
-// where it pays (not for paged caches), else the any-mask tile.
-template <DType kDType, int kHeadDim, class F>
+// Calls f(Traits{}) with the kernel traits that launch_forward_kernel uses for `problem` and score
+// variant kScores: the packed tile where the plan packs GQA heads (the only traits that pack), else
+// the unmasked tile where it pays (not for paged caches), else the any-mask tile (the softcap
+// variant's own where it differs).
+template <DType kDType, int kHeadDim, ScoreVariant kScores, class F>
 auto with_forward_traits(const Problem& problem, const DeviceLimits& device, F&& f) {
   using Element = typename CutlassElement<kDType>::type;
-  using AnyMask = ForwardTileConfig<kHeadDim>;
-  using Unmasked = ForwardUnmaskedTileConfig<kHeadDim>;
+  using AnyMask = std::conditional_t<kScores == ScoreVariant::kSoftcap, ForwardSoftcapTileConfig<kHeadDim>,
+                                     ForwardTileConfig<kHeadDim>>;
+  // The wider unmasked tile where it is one of its own (d128), else the any-mask tile.
+  using Unmasked = std::conditional_t<ForwardUnmaskedTileConfig<kHeadDim>::kShape == ForwardTileConfig<kHeadDim>::kShape,
+                                      AnyMask, ForwardUnmaskedTileConfig<kHeadDim>>;
   using PackedTraits = ForwardKernelTraits<Element, kHeadDim, ForwardPackedTileConfig<kHeadDim>>;
   if (forward_split_plan<PackedTraits>(problem, device, /*workspace=*/false).packed()) return f(PackedTraits{});
   if constexpr (!(AnyMask::kShape == Unmasked::kShape)) {
@@ -269,17 +278,19 @@ auto with_forward_traits(const Problem& problem, const DeviceLimits& device, F&&
 
 }  // namespace forward_launch_detail
 
-template <DType kDType, int kHeadDim>
+template <DType kDType, int kHeadDim, ScoreVariant kScores>
 cudaError_t launch_forward_kernel(const Problem& problem, const ForwardTensors& tensors, const DeviceLimits& device,
                                   void* workspace, cudaStream_t stream) {
-  return forward_launch_detail::with_forward_traits<kDType, kHeadDim>(problem, device, [&](auto traits) {
-    return forward_launch_detail::launch_forward_tiles<decltype(traits)>(problem, tensors, device, workspace, stream);
+  if (score_variant(problem) != kScores) return cudaErrorInvalidValue;  // the dispatcher's job
+  return forward_launch_detail::with_forward_traits<kDType, kHeadDim, kScores>(problem, device, [&](auto traits) {
+    return forward_launch_detail::launch_forward_tiles<decltype(traits), kScores>(problem, tensors, device, workspace,
+                                                                                 stream);
   });
 }
 
-template <DType kDType, int kHeadDim>
+template <DType kDType, int kHeadDim, ScoreVariant kScores>
 size_t forward_workspace_bytes(const Problem& problem, const DeviceLimits& device) {
-  return forward_launch_detail::with_forward_traits<kDType, kHeadDim>(problem, device, [&](auto traits) {
+  return forward_launch_detail::with_forward_traits<kDType, kHeadDim, kScores>(problem, device, [&](auto traits) {
     return forward_launch_detail::forward_workspace_bytes_for<decltype(traits)>(problem, device);
   });
 }

@@ -20,6 +20,8 @@
 #include "kernels/common/mask_fragment.cuh"
 #include "kernels/common/mma_layouts.cuh"
 #include "kernels/common/named_barriers.hpp"
+#include "kernels/common/score_variant.hpp"
+#include "kernels/common/softcap.cuh"
 #include "kernels/common/warpgroup_mma.cuh"
 #include "kernels/fwd/fwd_epilogue.cuh"
 #include "kernels/fwd/fwd_softmax.cuh"
@@ -370,8 +372,9 @@ CUTE_DEVICE bool any_factor_below_one(const float (&rescale)[kRows]) {
   return __any_sync(0xffffffff, moved);
 }
 
-// kPackedRows: the tiles pack GQA heads (params.pack > 1), see forward_kernel.
-template <class Traits, bool kPackedRows>
+// kPackedRows: the tiles pack GQA heads (params.pack > 1), see forward_kernel; kScores: what
+// happens to a score before the softmax (score_variant.hpp).
+template <class Traits, bool kPackedRows, ScoreVariant kScores>
 CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem,
                                   typename Traits::Pipeline& pipeline_k, typename Traits::Pipeline& pipeline_v) {
   using namespace cute;
@@ -398,15 +401,21 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
   uint32_t q_phase = 0;
   const int pack = kPackedRows ? params.pack : 1;
   const BandMask mask = params.problem.mask;
-  const bool prescale = params.scale_log2 < 0.f;
-  const float factor = prescale ? 1.f : params.scale_log2;
+  constexpr bool kSoftcap = kScores == ScoreVariant::kSoftcap;
+  const bool prescale = !kSoftcap && params.scale_log2 < 0.f;
+  // With softcap the softmax runs on t = tanh(...) in [-1, 1], its exp2 factor softcap * log2(e).
+  const float factor = kSoftcap ? params.softcap_log2 : (prescale ? 1.f : params.scale_log2);
   turns.start();
 
   // Masked entries become -inf. The mask's bounds are computed once per row, and only the
-  // boundary blocks pay for them. A negative scale is applied here (see OnlineSoftmax).
+  // boundary blocks pay for them. A negative scale is applied here (see OnlineSoftmax), and the
+  // softcap's tanh (softcap.cuh).
   auto prescale_and_mask = [&](auto& tSrS, const ForwardTile& t, int n_block) {
     cute::Tensor s = as_row_col(tSrS);
-    if (prescale) {
+    if constexpr (kSoftcap) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(s); ++i) s(i) = fast_tanh(s(i) * params.softcap_in);
+    } else if (prescale) {
       CUTE_UNROLL
       for (int i = 0; i < size(s); ++i) s(i) *= params.scale_log2;
     }
@@ -519,6 +528,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
       continue;
     }
     if (piece.merge_count > 0) merge_tail_partials<Traits>(params, piece, tOrO, lse, thread);
+    if (params.sinks != nullptr) add_sinks<Traits>(params, published, tOrO, tScS, lse, pack);
     store_tile<Traits>(params, published, tOrO, tScS, lse, pack, thread);
   }
 }

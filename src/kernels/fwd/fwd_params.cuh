@@ -50,7 +50,12 @@ struct ForwardParams {
   RowTensor v;
   RowTensor o;
   RowTensor lse;       // lse.data may be null
+  const float* sinks;  // attention sinks, one logit per query head; null: none
   float scale_log2;    // softmax_scale * log2(e)
+  // Softcap (ScoreVariant::kSoftcap): the tanh's argument is the raw score times softcap_in
+  // (softmax_scale / softcap), the softmax's exp2 factor softcap_log2 (softcap * log2(e)).
+  float softcap_in;
+  float softcap_log2;
   int pack;            // query heads per tile row group (fwd_split_plan.hpp); 1: none
   TileScheduler scheduler;
   // Into the workspace (fwd_workspace.cuh), all null without one: its counters, which a kernel

@@ -75,12 +75,14 @@ __global__ void __launch_bounds__(SplitCombineShape<Traits>::kThreads)
     return split_output_row(p, batch, seq.offset, i / p.heads, i % p.heads);
   };
 
-  // 1. Row `warp`'s merged LSE (-inf where no piece saw a key).
+  // 1. Row `warp`'s merged LSE (-inf where no piece saw a key). An attention sink is one more
+  // piece, without O: its share only shrinks the others' weights.
   if (first + warp < rows_in_sequence) {
     const long long row = row_index(warp);
     LogSumExp merged;
     for (int s = lane; s < splits; s += 32) merged.add(__ldcg(params.split_lse + s * piece_rows + row));
     merged = warp_merge(merged);
+    if (params.sinks != nullptr) merged.add(params.sinks[(first + warp) % p.heads]);
     if (lane == 0) row_lse[warp] = merged.value();
   }
   __syncthreads();

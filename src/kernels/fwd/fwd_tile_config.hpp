@@ -83,4 +83,14 @@ struct ForwardPackedTileConfig<256> {
   static constexpr ForwardTileShape kShape{128, 64, 2, true, false, false};
 };
 
+// The softcap variant's any-mask tile (ScoreVariant::kSoftcap): by default the same. At d64 the
+// 192-row tile's three warpgroups (160 registers each) spilled 28 values in the main loop around
+// the tanh; two warpgroups with 240 registers do not.
+template <int kHeadDim>
+struct ForwardSoftcapTileConfig : ForwardTileConfig<kHeadDim> {};
+template <>
+struct ForwardSoftcapTileConfig<64> {
+  static constexpr ForwardTileShape kShape{128, 128, 3, false, false, true};
+};
+
 }  // namespace hopattn

@@ -34,10 +34,18 @@ __device__ PairGradients<Acc> pair_gradients(const BackwardParams& params, const
   const Problem& p = params.problem;
   const bool rnd = params.round_to_input;
   const Acc qk = maybe_round<T>(q.dot(k, p.head_dim, lane), rnd);
-  const Acc s = maybe_round<T>(qk * static_cast<Acc>(p.softmax_scale), rnd);
+  Acc s = maybe_round<T>(qk * static_cast<Acc>(p.softmax_scale), rnd);
+  // Softcap: S = c tanh(s / c), dS/ds = 1 - tanh^2 (the softmax scale is applied to dQ/dK after).
+  Acc dtanh = 1;
+  if (p.softcap > 0) {
+    const Acc c = p.softcap;
+    const Acc t = tanh(s / c);
+    dtanh = 1 - t * t;
+    s = maybe_round<T>(c * t, rnd);
+  }
   const Acc prob = maybe_round<T>(exp(s - lse), rnd);
   const Acc dprob = maybe_round<T>(dout.dot(v, p.head_dim, lane), rnd);
-  return {prob, maybe_round<T>(prob * (dprob - row_dot), rnd)};
+  return {prob, maybe_round<T>(prob * (dprob - row_dot) * dtanh, rnd)};
 }
 
 template <typename T, typename Acc>
@@ -114,6 +122,34 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_dkdv_kernel(const 
   });
 }
 
+// d loss / d sink_h = -sum over the real rows of head h of exp(sink_h - LSE) * D: the sink has no
+// value, so it reaches the loss only through each row's normalisation. One warp per head, its
+// lanes over the rows in a fixed order.
+template <typename Acc>
+__global__ void __launch_bounds__(kThreadsPerBlock) reference_dsinks_kernel(const BackwardParams params) {
+  const Problem& p = params.problem;
+  const BackwardTensors& t = params.tensors;
+  const int lane = threadIdx.x % kWarpSize;
+  const long long warps = static_cast<long long>(gridDim.x) * blockDim.x / kWarpSize;
+  for (long long head = (blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x) / kWarpSize; head < p.heads;
+       head += warps) {
+    const Acc sink = t.sinks[head];
+    Acc sum = 0;
+    for (int b = 0; b < p.batch; ++b) {
+      const int length = p.queries.sequence(b).length;
+      for (int i = lane; i < length; i += kWarpSize) {
+        const RowLocation q_at = at_position(p.queries, b, i);
+        const Acc lse = *row_pointer<const float>(t.lse, q_at, head);
+        // A row of LSE -inf (no key and a sink of -inf) has O = 0 and D = 0: nothing to add.
+        if (lse == -INFINITY) continue;
+        sum -= exp(sink - lse) * static_cast<const Acc*>(params.row_dot)[head * p.total_q() + q_at.token];
+      }
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) t.dsinks[head] = static_cast<float>(sum);
+  }
+}
+
 }  // namespace
 
 size_t reference_backward_workspace_bytes(const Problem& problem, ReferencePrecision precision) {
@@ -137,6 +173,11 @@ cudaError_t reference_backward(const Problem& problem, const BackwardTensors& te
     }
     if (k_work > 0) {
       reference_dkdv_kernel<T, Acc><<<grid_for(k_work), kThreadsPerBlock, 0, stream>>>(params);
+      if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    }
+    if (tensors.dsinks != nullptr) {  // after the dQ kernel, which writes D
+      if (q_work == 0) return cudaMemsetAsync(tensors.dsinks, 0, sizeof(float) * problem.heads, stream);
+      reference_dsinks_kernel<Acc><<<grid_for(problem.heads), kThreadsPerBlock, 0, stream>>>(params);
     }
     return cudaGetLastError();
   });

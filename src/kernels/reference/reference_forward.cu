@@ -28,10 +28,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_forward_kernel(con
     WarpRow<Acc> q;
     q.load(row_pointer<const T>(params.tensors.q, q_at, head), p.head_dim, lane);
     const Acc scale = p.softmax_scale;
+    const Acc softcap = p.softcap;
     auto score = [&](int j) {
       const T* k = row_pointer<const T>(params.tensors.k, at_position(p.keys, b, j), head_kv);
       const Acc qk = maybe_round<T>(q.dot(k, p.head_dim, lane), params.round_to_input);
-      return maybe_round<T>(qk * scale, params.round_to_input);
+      const Acc s = maybe_round<T>(qk * scale, params.round_to_input);
+      return softcap > 0 ? maybe_round<T>(softcap * tanh(s / softcap), params.round_to_input) : s;
     };
 
     Acc row_max = -INFINITY;
@@ -40,6 +42,13 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_forward_kernel(con
       const Acc s = score(j);
       const Acc new_max = s > row_max ? s : row_max;
       row_sum = row_sum * exp(row_max - new_max) + exp(s - new_max);
+      row_max = new_max;
+    }
+    // An attention sink is one more term of the denominator, without a value.
+    if (params.tensors.sinks != nullptr && params.tensors.sinks[head] > -INFINITY) {  // -inf: no sink
+      const Acc sink = params.tensors.sinks[head];
+      const Acc new_max = sink > row_max ? sink : row_max;
+      row_sum = row_sum * exp(row_max - new_max) + exp(sink - new_max);
       row_max = new_max;
     }
     const Acc lse = row_sum > 0 ? row_max + log(row_sum) : Acc(-INFINITY);
