@@ -18,10 +18,14 @@ for round in $(seq 1 "$rounds"); do
     # A build inside a source tree (try_patches' variants) is timed by that tree's compare.py, whose
     # Python package matches the library's C ABI (a patch may add fields to it).
     tree=${library%/build/src/libhopattn.so}
-    compare=bench/compare.py
-    [[ $tree != "$library" && -f $tree/bench/compare.py ]] && compare=$tree/bench/compare.py
+    compare=bench/compare.py pythonpath=${PYTHONPATH:-}
+    if [[ $tree != "$library" && -f $tree/bench/compare.py ]]; then
+      # Its own package first: an importable package from elsewhere (PYTHONPATH) would win over
+      # the tree's, and a library older than that package fails to load.
+      compare=$tree/bench/compare.py pythonpath=$tree/python${PYTHONPATH:+:$PYTHONPATH}
+    fi
     # shellcheck disable=SC2086  # the compare arguments are meant to split
-    eval HOPATTN_LIBRARY="$library" python3 "$compare" run --json "$json" --peers cudnn $args \
+    eval ${pythonpath:+PYTHONPATH="$pythonpath"} HOPATTN_LIBRARY="$library" python3 "$compare" run --json "$json" --peers cudnn $args \
       > "$out/$name-$round.log" 2>&1 || echo "ab_compare: $name round $round failed (see $json's log)"
     python3 - "$json" "$name" "$args" <<'EOF'
 import json, os, sys
