@@ -170,10 +170,6 @@ def shape_key(row):
             row["seqlen_k"], tuple(row["seqlens_q"]), tuple(row["seqlens_k"]))
 
 
-def _passed(row):
-    return row.get("check") in ("pass", "skipped")
-
-
 def _tflops(row):
     return f"{row['tflops']:.0f}" if row and row.get("tflops") else ""
 
@@ -206,8 +202,8 @@ def markdown_table(rows, peers=PEERS):
         peer_ratios = []
         for peer in peers:
             row = impl_rows.get((peer, 0))
-            cells.append(_tflops(row) + ("" if row is None or _passed(row) else " (check failed)"))
-            ok = row and row.get("tflops") and _passed(row) and contiguous and contiguous.get("tflops")
+            cells.append(_tflops(row) + ("" if row is None or decode.passed(row) else " (check failed)"))
+            ok = row and row.get("tflops") and decode.passed(row) and contiguous and contiguous.get("tflops")
             peer_ratios.append(f"{contiguous['tflops'] / row['tflops']:.3f}" if ok else "")
         cells += peer_ratios
         for page in pages:
@@ -419,27 +415,5 @@ def parser():
 
 def main(argv):
     a = parser().parse_args(argv)
-    if a.quick:
-        a.warmup, a.reps = min(a.warmup, 1), min(a.reps, 10)
-    torch = compare.torch_with_hopattn("compare.py chunked_prefill")
-    problems = build_problems(a)
-    env = compare.environment(torch, ["hopattn"] + a.peers)
-    env["command"] = "python3 bench/compare.py chunked_prefill " + " ".join(argv)
-
-    def run(p, log):
-        calls = calls_of(p, a.peers)
-        free, _ = torch.cuda.mem_get_info()
-        if not p.fits(calls, free):
-            log(f"  {p.describe()}: skipped, needs about {p.memory_needed(calls) / 2**30:.1f} GiB of the "
-                f"{free / 2**30:.1f} GiB free")
-            return []
-        return run_problem(torch, p, a, calls, log)
-
-    rows = compare.measure_all(problems, "chunked prefill problems", env, a.json, run)
-    failed = [r for r in rows if r["impl"] == "hopattn" and not _passed(r)]
-    print(f"compare.py chunked_prefill: {len(rows)} rows in {env['seconds']} s -> {a.json}; hopattn "
-          f"mismatches/errors: {len(failed)}", file=sys.stderr)
-    print(markdown_table(rows, peers=a.peers))
-    if a.report_dir:
-        print(write_report(a.json, a.report_dir, Path(a.json).stem))
-    return 1 if failed else 0
+    return decode.run_mode(a, argv, "chunked_prefill", build_problems, lambda p: calls_of(p, a.peers), run_problem,
+                           ("hopattn",), markdown_table, write_report)

@@ -188,7 +188,7 @@ def problem_key(row):
     return shape_key(row) + (row.get("page_size", 0),)
 
 
-def _passed(row):
+def passed(row):
     return row.get("check") in ("pass", "skipped")
 
 
@@ -234,8 +234,8 @@ def markdown_table(rows, peers=PEERS):
             if row is None or not row.get("tb_per_s"):
                 cells.append("")
                 continue
-            cells.append(_tb(row) + ("" if _passed(row) else " (check failed)"))
-            if _passed(row) and (best is None or row["tb_per_s"] > best["tb_per_s"]):
+            cells.append(_tb(row) + ("" if passed(row) else " (check failed)"))
+            if passed(row) and (best is None or row["tb_per_s"] > best["tb_per_s"]):
                 best = row
         if best is not None and ours.get("tb_per_s"):
             ratio = ours["tb_per_s"] / best["tb_per_s"]
@@ -734,17 +734,19 @@ def parser():
     return parser
 
 
-def main(argv):
-    a = parser().parse_args(argv)
+def run_mode(a, argv, mode, build_problems, calls_for, run_problem, ours, table, write_report):
+    """The body of a graph-replay mode of compare.py (decode, chunked_prefill): its problems, each
+    skipped where the GPU lacks the memory, timed through `run_problem`, the rows written to a.json
+    and `table` printed. Returns the exit code: 1 if one of `ours` failed its check."""
     if a.quick:
         a.warmup, a.reps = min(a.warmup, 1), min(a.reps, 10)
-    torch = compare.torch_with_hopattn("compare.py decode")
+    torch = compare.torch_with_hopattn(f"compare.py {mode}")
     problems = build_problems(a)
     env = compare.environment(torch, ["hopattn"] + a.peers)
-    env["command"] = "python3 bench/compare.py decode " + " ".join(argv)
+    env["command"] = f"python3 bench/compare.py {mode} " + " ".join(argv)
 
     def run(p, log):
-        calls = calls_of(p, a.peers, not a.no_append)
+        calls = calls_for(p)
         free, _ = torch.cuda.mem_get_info()
         if not p.fits(calls, free):
             log(f"  {p.describe()}: skipped, needs about {p.memory_needed(calls) / 2**30:.1f} GiB of the "
@@ -752,11 +754,17 @@ def main(argv):
             return []
         return run_problem(torch, p, a, calls, log)
 
-    rows = compare.measure_all(problems, "decode problems", env, a.json, run)
-    failed = [r for r in rows if r["impl"] in OURS and not _passed(r)]
-    print(f"compare.py decode: {len(rows)} rows in {env['seconds']} s -> {a.json}; hopattn mismatches/errors: "
+    rows = compare.measure_all(problems, f"{mode.replace('_', ' ')} problems", env, a.json, run)
+    failed = [r for r in rows if r["impl"] in ours and not passed(r)]
+    print(f"compare.py {mode}: {len(rows)} rows in {env['seconds']} s -> {a.json}; hopattn mismatches/errors: "
           f"{len(failed)}", file=sys.stderr)
-    print(report_markdown(rows, peers=a.peers))
+    print(table(rows, peers=a.peers))
     if a.report_dir:
         print(write_report(a.json, a.report_dir, Path(a.json).stem))
     return 1 if failed else 0
+
+
+def main(argv):
+    a = parser().parse_args(argv)
+    return run_mode(a, argv, "decode", build_problems, lambda p: calls_of(p, a.peers, not a.no_append),
+                    run_problem, OURS, report_markdown, write_report)
