@@ -2,10 +2,10 @@
 // code: random calls validated as forward_kvcache validates them (validate_kvcache, with host
 // arrays standing in for the device ones), then every tile of the schedule (forward_tile) and
 // every key it reads located the way the producer warp locates it (key_block_coord for whole
-// blocks by TMA, gathered_key_row for gathered rows). Each must be the cache position that the
-// definition in docs/semantics.md gives (cache row from cache_batch_idx, position after the left
-// padding, page through the table), and a sequence must fault exactly where the definition says
-// its keys are not in the cache.
+// blocks by TMA, gathered_block / gathered_page for gathered rows). Each must be the cache
+// position that the definition in docs/semantics.md gives (cache row from cache_batch_idx,
+// position after the left padding, page through the table), and a sequence must fault exactly
+// where the definition says its keys are not in the cache.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -123,11 +123,18 @@ TEST(KVCacheTiles, EveryKeyReadComesFromItsCachePosition) {
       for (int n = t.n_blocks.begin; n < t.n_blocks.end; ++n) {
         if (p.key_cache.gather) {
           ++gathered;
-          for (int key = n * block_n; key < std::min((n + 1) * block_n, t.seqlen_k); ++key) {
-            const GatheredKeyRow at = gathered_key_row(p.key_cache, t, key);
+          // The producer's lookup: the block's table entries, then each row's entry and row.
+          const GatheredBlock g = gathered_block(p.key_cache, t, n, block_n);
+          ASSERT_LE(g.entries, block_n) << describe() << " block " << n;
+          for (int r = 0; r < block_n; ++r) {
+            const int key = n * block_n + r;
+            ASSERT_EQ(g.real(r), key < t.seqlen_k) << describe() << " key " << key;
+            if (!g.real(r)) continue;
+            const int e = g.entry(r, p.key_cache.page_size);
+            ASSERT_TRUE(e >= 0 && e < g.entries) << describe() << " key " << key;
             const CachePosition want = definition(b, key);
-            ASSERT_EQ(at.page, want.row) << describe() << " key " << key;
-            if (want.row >= 0) ASSERT_EQ(at.row, want.position) << describe() << " key " << key;
+            ASSERT_EQ(gathered_page(p.key_cache, t, g, e), want.row) << describe() << " key " << key;
+            if (want.row >= 0) ASSERT_EQ(g.row_in_page(r, p.key_cache.page_size), want.position) << describe() << " key " << key;
           }
           continue;
         }

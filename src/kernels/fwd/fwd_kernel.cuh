@@ -35,18 +35,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     for (auto& b : smem.scheduled_full) b.init(/*arrive_count=*/1);  // the publisher's
   }
 
-  const auto pipeline_params = tma_pipeline_params<Pipeline>(warpgroup, Traits::kKVBytes, Traits::kConsumerThreads);
-  Pipeline pipeline_k(smem.pipeline_k, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
-  Pipeline pipeline_v(smem.pipeline_v, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
+  auto pipeline_params = tma_pipeline_params<Pipeline>(warpgroup, Traits::kKVBytes, Traits::kConsumerThreads);
   // Gathered key blocks (a paged cache whose pages do not hold whole blocks) complete a stage with
   // the producer lanes' arrivals, not with a TMA transaction (forward_producer).
-  if (Traits::kGathersKeys && params.problem.key_cache.gather && warp == 0 && cute::elect_one_sync()) {
-    for (int stage = 0; stage < Traits::kStages; ++stage) {
-      smem.pipeline_k.full_barrier_[stage].init(kGatherFullArrivals);
-      smem.pipeline_v.full_barrier_[stage].init(kGatherFullArrivals);
-    }
-    cutlass::arch::fence_barrier_init();
-  }
+  if (Traits::kGathersKeys && params.problem.key_cache.gather) pipeline_params.num_producers = kGatherFullArrivals;
+  Pipeline pipeline_k(smem.pipeline_k, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
+  Pipeline pipeline_v(smem.pipeline_v, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
   __syncthreads();  // barriers initialised before anyone waits on them
   // After a KV cache's append, everything below may read what it writes (the cache, key counts,
   // rotated q): only the set-up above overlaps it.

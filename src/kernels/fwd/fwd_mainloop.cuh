@@ -116,20 +116,22 @@ CUTE_DEVICE void forward_tile_publisher(const ForwardParams<Traits>& params, typ
   }
 }
 
-// Key block n of a paged KV cache whose pages do not line up with key blocks, row by row with
-// cp.async into one stage of sK (sVt), zero-filling rows past the sequence, columns past the head
-// dim and rows whose page lies outside the cache (which also sets `fault`). The warp first looks up
-// the pages of all the block's rows (each lane those of every 32nd row, loads independent of each
-// other), then copies the rows two lanes to a row, so that a warp's 16-byte copies cover 16 whole
-// rows: one page-table latency per block and full 32-byte sectors. (The first version, a lane per
-// row that looked up its next row's page under this row's copies, waited for the table once per
-// row and read half sectors: 0.47-0.51 of the contiguous cache's TB/s at page sizes 16 and 64 on
-// the H100.) The row loop is not unrolled: unrolled, the copies of all rows spilled the producer's
-// 24 registers. `chunk_at(row, column)` is the shared memory address of a chunk.
 // The arrivals that complete a stage of gathered keys: each producer lane's, when its copies are
 // done (cp.async.mbarrier.arrive.noinc), and the leader's once every lane stored its fault flag.
 inline constexpr int kGatherFullArrivals = cutlass::NumThreadsPerWarp + 1;
 
+// Key block n of a paged KV cache whose pages do not line up with key blocks, row by row with
+// cp.async into one stage of sK (sVt), zero-filling rows past the sequence, columns past the head
+// dim and rows whose page lies outside the cache (which also sets `fault`). The block's keys are
+// consecutive positions of the cache row, so their pages are consecutive entries of the table's
+// row: each lane first loads every 32nd of those entries (straight-line predicated loads, all in
+// flight at once: one table latency per block), then two lanes copy each row, its page taken from
+// the lane that holds its entry, so that a warp's 16-byte copies cover 16 whole rows. Measured
+// before this form: a lane per row with the next row's lookup under this row's copies (0.72-1.43
+// TB/s at page sizes 1-64 on the H100), and the rows' own lookups, one branch each, which ptxas
+// serialised into one latency per 32 rows (0.68-0.91 TB/s on the H200). The row loop is not
+// unrolled: unrolled, the copies of all rows spilled the producer's 24 registers. `chunk_at(row,
+// column)` is the shared memory address of a chunk.
 template <class Traits, class ChunkAt>
 CUTE_DEVICE void gather_key_block(const ForwardParams<Traits>& params, const RowTensor& src, const ForwardTile& t,
                                   int n, ChunkAt chunk_at, int& fault) {
@@ -139,39 +141,45 @@ CUTE_DEVICE void gather_key_block(const ForwardParams<Traits>& params, const Row
   constexpr int kWarp = cutlass::NumThreadsPerWarp;
   constexpr int kLanesPerRow = 2;
   constexpr int kRowsPerPass = kWarp / kLanesPerRow;
-  constexpr int kPagesPerLane = (Traits::kBlockN + kWarp - 1) / kWarp;
+  // A block of kBlockN keys spans at most kBlockN table entries (page size 1; kBlockN / 2 + 1
+  // at page size 2, fewer above).
+  constexpr int kEntriesPerLane = (Traits::kBlockN + kWarp - 1) / kWarp;
   static_assert(Traits::kBlockN % kRowsPerPass == 0 && kChunksPerRow % kLanesPerRow == 0,
                 "a pass copies whole rows");
   constexpr int kPastTheEnd = -2;  // a row past the sequence: zeros, no fault (-1: outside the cache)
   const KeyCache& cache = params.problem.key_cache;
   const int lane = threadIdx.x % kWarp;
-  int pages[kPagesPerLane];
+  const GatheredBlock g = gathered_block(cache, t, n, Traits::kBlockN);
+  int held[kEntriesPerLane];
   CUTE_UNROLL
-  for (int i = 0; i < kPagesPerLane; ++i) {
-    const int r = i * kWarp + lane;
-    const int key = n * Traits::kBlockN + r;
-    pages[i] = r < Traits::kBlockN && key < t.seqlen_k ? gathered_key_row(cache, t, key).page : kPastTheEnd;
+  for (int j = 0; j < kEntriesPerLane; ++j) {
+    const int e = j * kWarp + lane;
+    held[j] = e < g.entries ? gathered_page(cache, t, g, e) : -1;
   }
-  // Each lane's entry i holds the pages of rows [32 i, 32 i + 32): an unrolled loop over the
-  // entries indexes them statically (a computed index put them in local memory).
-  CUTE_UNROLL
-  for (int i = 0; i < kPagesPerLane; ++i) {
 #pragma unroll 1
-    for (int first = i * kWarp; first < min((i + 1) * kWarp, Traits::kBlockN); first += kRowsPerPass) {
-      const int r = first + lane / kLanesPerRow;
-      const int page = __shfl_sync(0xffffffff, pages[i], r % kWarp);
-      fault |= page == -1;
-      const bool real = page >= 0;
-      const Element* row = static_cast<const Element*>(src.data);
-      if (real) row = src.at<const Element>(page, (t.k_offset + n * Traits::kBlockN + r) % cache.page_size, t.head_kv);
-      CUTE_UNROLL
-      for (int j = 0; j < kChunksPerRow / kLanesPerRow; ++j) {
-        const int c = j * kLanesPerRow + lane % kLanesPerRow;
-        const bool copied = real && c * kChunkElements < params.problem.head_dim;
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(chunk_at(r, c * kChunkElements)),
-                     "l"(copied ? row + c * kChunkElements : row), "r"(copied ? 16 : 0)
-                     : "memory");
-      }
+  for (int pass = 0; pass < Traits::kBlockN; pass += kRowsPerPass) {
+    const int r = pass + lane / kLanesPerRow;
+    const int e = g.entry(r, cache.page_size);
+    // One shuffle per entry register and a select, rather than a computed index into `held`
+    // (which ptxas puts in local memory).
+    int page = kPastTheEnd;
+    CUTE_UNROLL
+    for (int j = 0; j < kEntriesPerLane; ++j) {
+      const int shuffled = __shfl_sync(0xffffffff, held[j], e % kWarp);
+      page = e / kWarp == j ? shuffled : page;
+    }
+    if (!g.real(r)) page = kPastTheEnd;
+    fault |= page == -1;
+    const bool real = page >= 0;
+    const Element* row = static_cast<const Element*>(src.data);
+    if (real) row = src.at<const Element>(page, g.row_in_page(r, cache.page_size), t.head_kv);
+    CUTE_UNROLL
+    for (int j = 0; j < kChunksPerRow / kLanesPerRow; ++j) {
+      const int c = j * kLanesPerRow + lane % kLanesPerRow;
+      const bool copied = real && c * kChunkElements < params.problem.head_dim;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(chunk_at(r, c * kChunkElements)),
+                   "l"(copied ? row + c * kChunkElements : row), "r"(copied ? 16 : 0)
+                   : "memory");
     }
   }
 }

@@ -88,25 +88,39 @@ __global__ void __launch_bounds__(SplitCombineShape<Traits>::kThreads)
   __syncthreads();
 
   // 2. This warp's pieces, weighted. A piece that saw no key (LSE -inf, weight 0) left no O: its
-  // slot is read (it lies inside the workspace) but never used.
+  // slot is read (it lies inside the workspace) but never used; rows past the sequence read row
+  // 0's slots, also unused. All of a piece's loads (every row's LSE and O) are issued before any
+  // is used: a row at a time, each row's weight waited for its LSE before the next row's loads
+  // went out, one memory latency per piece and row.
   float acc[kRows][kColumns];
+  long long row_at[kRows];
+  bool live[kRows];
   CUTE_UNROLL
   for (int r = 0; r < kRows; ++r) {
+    live[r] = first + r < rows_in_sequence && row_lse[r] != -INFINITY;
+    row_at[r] = row_index(first + r < rows_in_sequence ? r : 0);
     CUTE_UNROLL
     for (int c = 0; c < kColumns; ++c) acc[r][c] = 0.f;
   }
   for (int s = warp; s < splits; s += kWarps) {
+    float piece_lse[kRows];
+    float v[kRows][kColumns];
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      if (first + r >= rows_in_sequence || row_lse[r] == -INFINITY) continue;
-      const long long at = s * piece_rows + row_index(r);
-      const float weight = piece_weight(__ldcg(params.split_lse + at), row_lse[r]);
+      const long long at = s * piece_rows + row_at[r];
+      piece_lse[r] = __ldcg(params.split_lse + at);
       const float* o = params.split_o + at * Traits::kHeadDim + lane;
       CUTE_UNROLL
+      for (int c = 0; c < kColumns; ++c) v[r][c] = __ldcg(o + 32 * c);
+    }
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      if (!live[r]) continue;
+      const float weight = piece_weight(piece_lse[r], row_lse[r]);
+      CUTE_UNROLL
       for (int c = 0; c < kColumns; ++c) {
-        const float v = __ldcg(o + 32 * c);
         // Not `weight > 0`: a faulted KV cache piece (LSE NaN) must make the row NaN.
-        if (weight != 0.f) acc[r][c] = fmaf(weight, v, acc[r][c]);
+        if (weight != 0.f) acc[r][c] = fmaf(weight, v[r][c], acc[r][c]);
       }
     }
   }

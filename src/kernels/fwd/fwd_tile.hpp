@@ -62,16 +62,35 @@ HOPATTN_HOST_DEVICE KeyBlockCoord key_block_coord(const KeyCache& cache, const F
   return KeyBlockCoord{n % (cache.page_size / block_n), page, false};
 }
 
-// Where key `key` of tile t lies in a paged cache whose rows are gathered one by one: its page
-// (-1: outside the cache) and row in the page.
-struct GatheredKeyRow {
-  int page;
-  int row;
+// Key block n of tile t in a paged cache whose rows are gathered one by one: its keys are the
+// positions [first, end) of the cache row, so their pages are the consecutive table entries from
+// first_entry on (the producer loads them all at once, then gives each row its entry's page).
+struct GatheredBlock {
+  int first;        // the block's first position in the cache row
+  int end;          // past its last real key's position
+  int first_entry;  // the table entry of `first`'s page
+  int entries;      // table entries the block's keys span
+
+  HOPATTN_HOST_DEVICE bool real(int r) const { return first + r < end; }
+  // Row r's entry, counted from first_entry, and its row in that page.
+  HOPATTN_HOST_DEVICE int entry(int r, int page_size) const { return (first + r) / page_size - first_entry; }
+  HOPATTN_HOST_DEVICE int row_in_page(int r, int page_size) const { return (first + r) % page_size; }
 };
 
-HOPATTN_HOST_DEVICE GatheredKeyRow gathered_key_row(const KeyCache& cache, const ForwardTile& t, int key) {
-  const int position = t.k_offset + key;  // below the sequence's end, at most the capacity
-  return GatheredKeyRow{cache.page(t.kv_batch, position), position % cache.page_size};
+HOPATTN_HOST_DEVICE GatheredBlock gathered_block(const KeyCache& cache, const ForwardTile& t, int n, int block_n) {
+  GatheredBlock g;
+  g.first = t.k_offset + n * block_n;
+  const int block_end = (n + 1) * block_n;
+  g.end = t.k_offset + (block_end < t.seqlen_k ? block_end : t.seqlen_k);  // a visited block has a real key
+  g.first_entry = g.first / cache.page_size;
+  g.entries = (g.end - 1) / cache.page_size - g.first_entry + 1;
+  return g;
+}
+
+// Entry e (< g.entries) of the block's table entries: its page, or -1 outside the cache.
+HOPATTN_HOST_DEVICE int gathered_page(const KeyCache& cache, const ForwardTile& t, const GatheredBlock& g, int e) {
+  const int page = cache.page_table[t.kv_batch * cache.page_table_stride + g.first_entry + e];
+  return page >= 0 && page < cache.num_pages ? page : -1;
 }
 
 // The tile that `s` schedules, for tiles of block_m rows and key blocks of block_n keys, `pack`
