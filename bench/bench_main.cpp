@@ -112,15 +112,16 @@ Status check_problem(const BenchProblem& problem) {
   int64_t total_q = 0, total_k = 0;
   for (int n : s.varlen_seqlens_q) total_q += n;
   for (int n : s.varlen_seqlens_k) total_k += n;
-  const int64_t d = s.head_dim;
-  const auto rows = [&](int64_t heads, int64_t seqlen, int64_t total) {
+  const auto rows = [&](int64_t heads, int64_t seqlen, int64_t total, int64_t d) {
     const int64_t stride = heads * d + s.row_padding;
     return varlen ? make_tensor(placeholder, s.dtype, {total, heads, d}, {stride, d, 1})
                   : make_tensor(placeholder, s.dtype, {s.batch, seqlen, heads, d}, {seqlen * stride, stride, d, 1});
   };
   BackwardArgs args;
-  args.q = args.o = args.dout = args.dq = rows(s.heads, s.seqlen_q, total_q);
-  args.k = args.v = args.dk = args.dv = rows(s.heads_kv, s.seqlen_k, total_k);
+  args.q = args.dq = rows(s.heads, s.seqlen_q, total_q, s.head_dim);
+  args.o = args.dout = rows(s.heads, s.seqlen_q, total_q, s.value_dim());
+  args.k = args.dk = rows(s.heads_kv, s.seqlen_k, total_k, s.head_dim);
+  args.v = args.dv = rows(s.heads_kv, s.seqlen_k, total_k, s.value_dim());
   args.lse = varlen ? make_tensor(placeholder, DType::kFloat32, {s.heads, total_q})
                     : make_tensor(placeholder, DType::kFloat32, {s.batch, s.heads, s.seqlen_q});
   args.softmax_scale = s.softmax_scale;
@@ -140,11 +141,13 @@ Status check_problem(const BenchProblem& problem) {
   if (Status st = backward_workspace_size(args, &workspace_bytes); !st.ok()) return st;
   const BuildInfo info = build_info();
   const bool has_dtype = std::find(info.dtypes.begin(), info.dtypes.end(), s.dtype) != info.dtypes.end();
-  const bool has_head_dim =
-      std::any_of(info.head_dims.begin(), info.head_dims.end(), [&](int built) { return built >= s.head_dim; });
-  if (!has_dtype || !has_head_dim) {
+  const bool has_head_dims = std::any_of(info.kernel_head_dims.begin(), info.kernel_head_dims.end(), [&](HeadDimPair k) {
+    return k.qk >= s.head_dim && k.v >= s.value_dim();
+  });
+  if (!has_dtype || !has_head_dims) {
     return Status(StatusCode::kNotSupported, std::string("this build has no ") + dtype_name(s.dtype) +
-                                                 " kernel for head dim " + std::to_string(s.head_dim) +
+                                                 " kernel for head dims " + std::to_string(s.head_dim) + " / " +
+                                                 std::to_string(s.value_dim()) +
                                                  " (see CMake options HOPATTN_DTYPES and HOPATTN_HEADDIMS)");
   }
   return Status();

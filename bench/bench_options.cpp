@@ -55,6 +55,7 @@ Usage: hopattn-bench [options]
   --heads N          query heads (default 16)
   --heads-kv N       key/value heads, GQA/MQA when below --heads (default: --heads)
   --headdim N        head dim, multiple of 8 up to 256 (default 128)
+  --headdim-v N      V's (and O's) head dim, multiple of 8 up to 256 (default: --headdim)
   --dtype T          bf16 or fp16 (default bf16)
   --causal           causal mask (bottom-right aligned)
   --window L,R       sliding window, -1 for unbounded on a side
@@ -107,6 +108,7 @@ BenchOptions parse_options(int argc, char** argv) {
       {"--heads", [&] { spec.heads = number(); }},
       {"--heads-kv", [&] { heads_kv = number(); }},
       {"--headdim", [&] { spec.head_dim = number(); }},
+      {"--headdim-v", [&] { spec.head_dim_v = number(); }},
       {"--dtype",
        [&] {
          const std::string t = text();
@@ -156,6 +158,7 @@ BenchOptions parse_options(int argc, char** argv) {
     throw std::invalid_argument("--batch and --seqlen* must be >= 0");
   }
   if (spec.heads < 1 || spec.head_dim < 1) throw std::invalid_argument("--heads and --headdim must be >= 1");
+  if (spec.head_dim_v < 0) throw std::invalid_argument("--headdim-v must be >= 1");
   if (o.warmup < 0) throw std::invalid_argument("--warmup must be >= 0");
   if (o.repetitions < 1) throw std::invalid_argument("--reps must be >= 1");
   spec.heads_kv = heads_kv > 0 ? heads_kv : spec.heads;

@@ -83,7 +83,7 @@ Environment read_environment(const std::string& command) {
 }
 
 void print_header() {
-  std::printf("%-8s %-4s %-5s %4s %-9s %5s %5s %5s %6s %6s %6s %10s %9s  %s\n", "impl", "dir", "dtype", "d", "mask",
+  std::printf("%-8s %-4s %-5s %7s %-9s %5s %5s %5s %6s %6s %6s %10s %9s  %s\n", "impl", "dir", "dtype", "d", "mask",
               "batch", "heads", "kv", "sq", "sk", "varlen", "ms", "TFLOP/s", "check");
 }
 
@@ -94,8 +94,11 @@ void print_row(const ResultRow& r) {
     mask =
         (s.causal ? "c" : "") + std::string("w") + std::to_string(s.window_left) + "," + std::to_string(s.window_right);
   }
-  std::printf("%-8s %-4s %-5s %4d %-9s %5d %5d %5d %6d %6d %6s %10.3f %9.1f  %s\n", r.impl.c_str(), r.direction.c_str(),
-              s.dtype == DType::kBFloat16 ? "bf16" : "fp16", s.head_dim, mask.c_str(),
+  // The head dim, or Q/K's and V's where they differ.
+  const std::string dims =
+      std::to_string(s.head_dim) + (s.value_dim() != s.head_dim ? "/" + std::to_string(s.value_dim()) : "");
+  std::printf("%-8s %-4s %-5s %7s %-9s %5d %5d %5d %6d %6d %6s %10.3f %9.1f  %s\n", r.impl.c_str(), r.direction.c_str(),
+              s.dtype == DType::kBFloat16 ? "bf16" : "fp16", dims.c_str(), mask.c_str(),
               s.varlen() ? int(s.varlen_seqlens_q.size()) : s.batch, s.heads, s.heads_kv, s.seqlen_q, s.seqlen_k,
               s.varlen() ? "yes" : "no", r.ms, r.tflops, r.check.c_str());
   std::fflush(stdout);
@@ -113,6 +116,7 @@ void write_json(const std::string& path, const Environment& env, const std::vect
     out << (i ? "," : "") << "\n    {\"impl\": " << json_string(r.impl)
         << ", \"direction\": " << json_string(r.direction) << ", \"dtype\": \""
         << (s.dtype == DType::kBFloat16 ? "bf16" : "fp16") << "\", \"hdim\": " << s.head_dim
+        << ", \"hdim_v\": " << s.value_dim()
         << ", \"causal\": " << (s.causal ? "true" : "false") << ", \"window_left\": " << s.window_left
         << ", \"window_right\": " << s.window_right
         << ", \"batch\": " << (s.varlen() ? int(s.varlen_seqlens_q.size()) : s.batch) << ", \"heads\": " << s.heads

@@ -16,9 +16,12 @@ heads 64/8, 32/4 and 32/1) and varlen rows (16 heads, d128, random lengths in [s
 the implementations that have one (hopattn, FA3, FA4). `--window LEFT` adds each causal problem
 with the sliding window (LEFT, 0) (hopattn, FA3, FA4), `--sinks` each problem with attention sinks
 (hopattn and FA4), `--softcap VALUE` each problem with the scores capped at VALUE (hopattn, FA3,
-FA4); the copies combine (docs/benchmarking.md). Forward and backward are timed with autograd on
-(inputs require grad), the backward as torch.autograd.grad of one retained forward output (with
-sinks, also their gradient), GPU time only (bench/gpu_timing.py). Before timing, every output
+FA4); the copies combine (docs/benchmarking.md). `--hdim-pairs 192x128[,...]` adds sweep problems
+whose V (and O, dO, dV) has its own head dim (hdim_v 128 beside hdim 192), each right after the
+problem of equal head dims when --hdims selects it; their FLOPs count both head dims, forward
+2 * (hdim + hdim_v) per visible query-key pair and head. Forward and backward are timed with
+autograd on (inputs require grad), the backward as torch.autograd.grad of one retained forward
+output (with sinks, also their gradient), GPU time only (bench/gpu_timing.py). Before timing, every output
 (hopattn's and each peer's) is checked with FA3's rule against a float64 reference on one batch
 element and one KV-head group of the same tensors (with the window, the sinks and the cap of the
 problem): error <= 2 * the naive low-precision error + atol; the sinks' gradient over the whole
@@ -27,9 +30,10 @@ batch. A hopattn mismatch is reported and not timed. The JSON follows docs/bench
 `report` reads JSON files of one run (e.g. hopattn-bench --json plus bench/peers_sdpa.py --json, or
 one file of `run`) and writes NAME.md (TFLOP/s per implementation and hopattn/peer ratios per row,
 geomean per panel; with sink rows, hopattn with / without sinks per problem; with softcap rows,
-hopattn with / without the cap per problem) and
-NAME-<direction>-<dtype>[-gqaH-HKV|-varlen][-windowL_R][-sinks][-softcapC].png plots in the style of the
-FlashAttention papers (grouped bars per seqlen, one panel per head dim x causal).
+hopattn with / without the cap per problem; with hdim_v rows, hopattn on them beside the same
+problem with hdim_v = hdim, and hopattn / peer there) and
+NAME-<direction>-<dtype>[-gqaH-HKV|-varlen][-hdim_vV][-windowL_R][-sinks][-softcapC].png plots in
+the style of the FlashAttention papers (grouped bars per seqlen, one panel per head dim x causal).
 
 `decode` (bench/decode.py) times decode attention, a few query rows against a long KV cache
 (contiguous or paged, and the step that appends a key with rotary embedding), in TB/s.
@@ -45,6 +49,7 @@ import copy
 import json
 import functools
 import math
+import re
 import subprocess
 import sys
 import time
@@ -88,18 +93,29 @@ def field(row, name):
     return row.get(name, ROW_DEFAULTS[name])
 
 
+# The end of kind_of's kind for rows whose V has its own head dim.
+HDIM_V_KIND = "hdim_v {}"
+
+
 def kind_of(row):
-    """'varlen', 'gqa H/HKV' or '' (plain multi-head attention)."""
+    """'varlen', 'gqa H/HKV' or '' (plain multi-head attention), followed by 'hdim_v V' when V's
+    head dim differs from hdim ('hdim_v 128', 'gqa 64/8 hdim_v 128'). hdim_v is part of the kind,
+    not a panel field of its own, so that such rows get panels and figures of their own (a d192
+    panel holds the d192 kernel's rows only) while every panel and figure of rows with one head dim
+    keeps the fields and names it had."""
     if row.get("varlen"):
-        return "varlen"
-    heads, heads_kv = row["heads"], row.get("heads_kv", row["heads"])
-    return f"gqa {heads}/{heads_kv}" if heads_kv != heads else ""
+        kind = "varlen"
+    else:
+        heads, heads_kv = row["heads"], row.get("heads_kv", row["heads"])
+        kind = f"gqa {heads}/{heads_kv}" if heads_kv != heads else ""
+    hdim_v = field(row, "hdim_v")
+    return kind if hdim_v == row["hdim"] else f"{kind} {HDIM_V_KIND.format(hdim_v)}".lstrip()
 
 
 def row_key(row):
     """Identity of a problem: rows of different impls with equal keys were timed on the same problem.
     The fields added later (hdim_v, softcap, sinks) come last, so that the positions of the others
-    stay what bench/ab_table.py reads."""
+    stay what bench/ab_table.py reads (a distinct hdim_v also shows in the kind, kind_of)."""
     return (row["direction"], bool(row.get("deterministic", False)), row["dtype"], kind_of(row), row["hdim"],
             bool(row["causal"]), field(row, "window_left"), field(row, "window_right"), row["batch"],
             row["heads"], row.get("heads_kv", row["heads"]), row["seqlen_q"], row["seqlen_k"],
@@ -115,6 +131,21 @@ def without_sinks(key):
 def without_softcap(key):
     """The key of the same problem without the score cap (softcap 0)."""
     return key[:16] + (0,) + key[17:]
+
+
+def same_head_dims(key):
+    """The key of the same problem with V's head dim equal to hdim: what hopattn's kernel of head
+    dim hdim runs (the problem itself when it has one head dim)."""
+    hdim, hdim_v = key[4], key[15]
+    if hdim_v == hdim:
+        return key
+    kind = key[3][:-len(HDIM_V_KIND.format(hdim_v))].rstrip()
+    return key[:3] + (kind,) + key[4:15] + (hdim,) + key[16:]
+
+
+def dims_text(hdim, hdim_v):
+    """'192' for one head dim, '192x128' (QK x V, as --hdim-pairs writes it) for two."""
+    return str(hdim) if hdim_v == hdim else f"{hdim}x{hdim_v}"
 
 
 def panel_of(key):
@@ -234,6 +265,36 @@ def markdown_table(by_key, peers=None, long_from=2048):
     return "\n".join(lines) + "\n"
 
 
+def _ratio_order(direction):
+    """Forward first, then the backward directions by name ('bwd', 'bwd det')."""
+    return ({"fwd": 0}.get(direction, 1), direction)
+
+
+def ratio_summary(ratios, what, tag_header=None, tag_text=str, tag_order=lambda tag: tag):
+    """The summary under a table that puts problems beside others: from ratios {(panel, tag):
+    [ratio]}, per panel and tag the number of ratios, their geomean and the least, then the same per
+    direction and tag over every panel ('fwd, every panel'). The tag (None throughout for none) is
+    what the ratios of one panel differ in, written as a column `tag_header`: the softcap value, or
+    what hopattn is compared with."""
+    tag_column = [tag_header] if tag_header else []
+    lines = ["| " + " | ".join(["panel"] + tag_column + ["rows", f"geomean {what}", "min"]) + " |",
+             "|" + "---|" * (4 + len(tag_column))]
+
+    def line(label, tag, values):
+        tag_cell = [tag_text(tag)] if tag_header else []
+        return "| " + " | ".join([label] + tag_cell + [str(len(values)), f"{geomean(values):.3f}",
+                                                        f"{min(values):.3f}"]) + " |"
+
+    directions = defaultdict(list)
+    for panel, tag in sorted(ratios, key=lambda k: (_ratio_order(k[0][0]), k[0][1:], tag_order(k[1]))):
+        values = ratios[(panel, tag)]
+        directions[(panel[0], tag)] += values
+        lines.append(line(panel_label(panel), tag, values))
+    for direction, tag in sorted(directions, key=lambda d: (_ratio_order(d[0]), tag_order(d[1]))):
+        lines.append(line(f"{direction}, every panel", tag, directions[(direction, tag)]))
+    return lines
+
+
 def sinks_table(by_key):
     """Markdown for the attention-sinks bar ('' when no row has sinks): per problem timed with sinks,
     hopattn's TFLOP/s without and with them and the ratio sinks / no sinks (both rows of one run, on
@@ -245,15 +306,14 @@ def sinks_table(by_key):
     header = (["dir", "dtype", "kind", "d", "causal", "batch x seqlen", "hopattn", "hopattn sinks", "sinks / no sinks"]
               + [f"{p} sinks / no sinks" for p in peers])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    ratios = defaultdict(list)  # panel without sinks -> [hopattn sinks / no sinks]
+    ratios = defaultdict(list)  # (panel without sinks, None) -> [hopattn sinks / no sinks]
     for key in sorted(by_key, key=sort_key):
         plain = by_key.get(without_sinks(key), {})
         with_sinks = by_key[key]
         if not key[17] or "hopattn" not in with_sinks or "hopattn" not in plain:
             continue
         ours = with_sinks["hopattn"]["tflops"] / plain["hopattn"]["tflops"]
-        panel = panel_of(key)
-        ratios[panel[:6] + (False,) + panel[7:]].append(ours)
+        ratios[(panel_of(without_sinks(key)), None)].append(ours)
         cells = problem_cells(without_sinks(key), plain["hopattn"])
         cells += [f"{plain['hopattn']['tflops']:.0f}", f"{with_sinks['hopattn']['tflops']:.0f}", f"{ours:.3f}"]
         cells += [f"{with_sinks[p]['tflops'] / plain[p]['tflops']:.3f}" if p in with_sinks and p in plain else ""
@@ -261,14 +321,7 @@ def sinks_table(by_key):
         lines.append("| " + " | ".join(cells) + " |")
     if not ratios:
         return ""
-    lines += ["", "| panel | rows | geomean hopattn sinks / no sinks | min |", "|---|---|---|---|"]
-    directions = defaultdict(list)
-    for panel in sorted(ratios, key=lambda p: ({"fwd": 0}.get(p[0], 1), p[0], p[1:])):
-        values = ratios[panel]
-        directions[panel[0]] += values
-        lines.append(f"| {panel_label(panel)} | {len(values)} | {geomean(values):.3f} | {min(values):.3f} |")
-    for direction, values in sorted(directions.items(), key=lambda d: ({"fwd": 0}.get(d[0], 1), d[0])):
-        lines.append(f"| {direction}, every panel | {len(values)} | {geomean(values):.3f} | {min(values):.3f} |")
+    lines += [""] + ratio_summary(ratios, "hopattn sinks / no sinks")
     return "\n".join(lines) + "\n"
 
 
@@ -276,6 +329,17 @@ def _passed(row):
     """Whether a timed row passed its check (or ran without one): a peer's row is timed even when its
     check failed, and a ratio from such a row says nothing about the cap."""
     return not str(row.get("check", "pass")).startswith(("FAIL", "error"))
+
+
+def _compared(numerator, denominator):
+    """(cell, ratio) of the TFLOP/s of two rows (either may be None): ('', None) when one is
+    missing, ('check failed', None) when one failed its check, else the ratio written and its value."""
+    if numerator is None or denominator is None:
+        return "", None
+    if not (_passed(numerator) and _passed(denominator)):
+        return "check failed", None
+    ratio = numerator["tflops"] / denominator["tflops"]
+    return f"{ratio:.3f}", ratio
 
 
 def softcap_table(by_key):
@@ -300,32 +364,51 @@ def softcap_table(by_key):
         ratios[(panel_of(without_softcap(key)), key[16])].append(ours)
         cells = problem_cells(without_softcap(key), plain["hopattn"]) + [softcap_text(key[16])]
         cells += [f"{plain['hopattn']['tflops']:.0f}", f"{capped['hopattn']['tflops']:.0f}", f"{ours:.3f}"]
-        for p in peers:
-            if p not in capped or p not in plain:
-                cells.append("")
-            elif not (_passed(capped[p]) and _passed(plain[p])):
-                cells.append("check failed")
-            else:
-                cells.append(f"{capped[p]['tflops'] / plain[p]['tflops']:.3f}")
+        cells += [_compared(capped.get(p), plain.get(p))[0] for p in peers]
         lines.append("| " + " | ".join(cells) + " |")
     if not ratios:
         return ""
-    lines += ["", "| panel | softcap | rows | geomean hopattn softcap / no softcap | min |", "|---|---|---|---|---|"]
-    directions = defaultdict(list)
+    lines += [""] + ratio_summary(ratios, "hopattn softcap / no softcap", "softcap", softcap_text)
+    return "\n".join(lines) + "\n"
 
-    def order(item):
-        panel, softcap = item
-        return ({"fwd": 0}.get(panel[0], 1), panel[0], panel[1:], softcap)
 
-    for panel, softcap in sorted(ratios, key=order):
-        values = ratios[(panel, softcap)]
-        directions[(panel[0], softcap)] += values
-        lines.append(f"| {panel_label(panel)} | {softcap_text(softcap)} | {len(values)} | {geomean(values):.3f} | "
-                     f"{min(values):.3f} |")
-    for (direction, softcap), values in sorted(directions.items(),
-                                               key=lambda d: ({"fwd": 0}.get(d[0][0], 1), d[0][0], d[0][1])):
-        lines.append(f"| {direction}, every panel | {softcap_text(softcap)} | {len(values)} | "
-                     f"{geomean(values):.3f} | {min(values):.3f} |")
+# What hopattn's TFLOP/s on a problem with its own hdim_v is compared with, besides its peers: the
+# same problem with hdim_v = hdim (hopattn's kernel of head dim hdim), in hdim_v_table.
+SAME_DIMS = "hdim_v = d"
+
+
+def hdim_v_table(by_key):
+    """Markdown for V's own head dim ('' when no row with hdim_v != hdim has a hopattn result): per
+    such problem, hopattn's TFLOP/s on the same problem with hdim_v = hdim (the kernel of head dim
+    hdim, same run; empty when the run did not select it) and on the problem itself, each counted
+    with its own FLOPs, their ratio, and hopattn / peer on the problem for each peer that ran it
+    ('check failed' where either row failed the check: a peer's row is timed all the same); then per
+    panel and per direction the geomean and least of each ratio. Each row's FLOPs count its own
+    head dims (Problem.fwd_flops): a smaller V is less work, so the ratio to the same dims says
+    whether the (192, 128) problem runs at the d192 kernel's rate per FLOP, not merely in less time."""
+    keys = [key for key, impl_rows in by_key.items() if key[15] != key[4] and "hopattn" in impl_rows]
+    if not keys:
+        return ""
+    peers = [i for i in ordered_impls(i for key in keys for i in by_key[key]) if i != "hopattn"]
+    header = (["dir", "dtype", "kind", "d", "causal", "batch x seqlen", "hdim_v", f"hopattn {SAME_DIMS}", "hopattn",
+               f"vs {SAME_DIMS}"] + [f"vs {p}" for p in peers])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    ratios = defaultdict(list)  # (panel, what hopattn is compared with) -> [hopattn / it]
+    for key in sorted(keys, key=sort_key):
+        impl_rows = by_key[key]
+        ours = impl_rows["hopattn"]
+        same = by_key.get(same_head_dims(key), {}).get("hopattn")
+        cells = problem_cells(same_head_dims(key), ours) + [str(key[15])]
+        cells += [f"{same['tflops']:.0f}" if same else "", f"{ours['tflops']:.0f}"]
+        for against, row in [(SAME_DIMS, same)] + [(p, impl_rows.get(p)) for p in peers]:
+            cell, ratio = _compared(ours, row)
+            cells.append(cell)
+            if ratio is not None:
+                ratios[(panel_of(key), against)].append(ratio)
+        lines.append("| " + " | ".join(cells) + " |")
+    if ratios:
+        order = [SAME_DIMS] + peers
+        lines += [""] + ratio_summary(ratios, "hopattn / against", "against", tag_order=order.index)
     return "\n".join(lines) + "\n"
 
 
@@ -360,8 +443,8 @@ def figure_name(name, group):
     direction, dtype, kind, (wl, wr), sinks = group[:5]
     softcap = group[5] if len(group) > 5 else 0
     parts = [name, direction.replace(" ", "-"), dtype]
-    if kind:  # 'varlen', or 'gqa64-8' for 'gqa 64/8'
-        parts.append(kind.replace(" ", "").replace("/", "-"))
+    if kind:  # 'varlen', 'gqa64-8' for 'gqa 64/8', 'gqa64-8-hdim_v128' for 'gqa 64/8 hdim_v 128'
+        parts.append(re.sub(r" (?=\d)", "", kind).replace(" ", "-").replace("/", "-"))
     if (wl, wr) != (-1, -1):
         parts.append(f"window{wl}_{wr}")
     if sinks:
@@ -428,6 +511,17 @@ def group_title(group, envs):
     return f"Attention {what} speed, {dtype}{extra}, {gpu}"
 
 
+def _untimed_note(rows, selected, what):
+    """The bold line above a feature's table counting hopattn's rows of that feature that were not
+    timed (their problems have no ratio there, and a bar read from the summary would miss them);
+    none when there are none."""
+    missing = [r for r in rows if r["impl"] == "hopattn" and selected(r) and r.get("tflops") is None]
+    if not missing:
+        return []
+    return [f"**{len(missing)} hopattn {what} row(s) not timed** (check failed or error, listed below): their "
+            "problems have no ratio here.", ""]
+
+
 def write_report(paths, out_dir, name="report", peers=None, plots=True, long_from=2048, note=None):
     """Writes out_dir/name.md and (if plots) one PNG per figure group; returns the paths written."""
     rows, envs = load_rows(paths)
@@ -448,9 +542,9 @@ def write_report(paths, out_dir, name="report", peers=None, plots=True, long_fro
            + " ".join(str(p) for p in paths) + f" --out {out_dir} --name {name}"
            + (f" --peers {','.join(peers)}" if peers else "") + "`" + (" with this paragraph as --note" if note else ""), ""]
     md += env_lines(envs)
-    md += ["", "TFLOP/s = FLOPs / median time (forward 4 * batch * heads * seqlen_q * seqlen_k * head dim, halved "
-               "for causal, the visible query-key pairs counted exactly with a window; backward 2.5x); ratios are "
-               "hopattn / peer from the same run.", ""]
+    md += ["", "TFLOP/s = FLOPs / median time (forward 2 * batch * heads * seqlen_q * seqlen_k * (head dim + V's "
+               "head dim), that is 4 * ... * head dim where they are equal, halved for causal, the visible query-key "
+               "pairs counted exactly with a window; backward 2.5x); ratios are hopattn / peer from the same run.", ""]
     md += [f"![{p.stem}]({p.name})" for p in pngs]
     md += ["", markdown_table(by_key, peers=peers, long_from=long_from)]
     sinks = sinks_table(by_key)
@@ -463,15 +557,24 @@ def write_report(paths, out_dir, name="report", peers=None, plots=True, long_fro
         md += ["## Softcap", "", "Each problem timed with its scores capped (`softcap`, S = softcap * tanh(scale * "
                "q.k / softcap)) beside the same problem without the cap in the same run: TFLOP/s and softcap / no "
                "softcap (a peer's ratio only where both of its rows passed the check).", ""]
-        missing = [r for r in rows if r["impl"] == "hopattn" and field(r, "softcap") and r.get("tflops") is None]
-        if missing:
-            md += [f"**{len(missing)} hopattn softcap row(s) not timed** (check failed or error, listed below): "
-                   "their problems have no ratio here.", ""]
+        md += _untimed_note(rows, lambda r: field(r, "softcap"), "softcap")
         md.append(softcap)
+    hdim_v = hdim_v_table(by_key)
+    if hdim_v:
+        md += ["## V head dim", "", "Each problem timed with V's own head dim (`hdim_v`, which V, O, dO and dV "
+               "have; Q and K keep `d`) beside the same problem with hdim_v = d (hopattn's kernel of head dim d) in "
+               "the same run, each in TFLOP/s of its own FLOPs (both head dims counted: forward 2 * (d + hdim_v) per "
+               f"visible query-key pair and head, backward 2 * (3 d + 2 hdim_v)): hopattn / hopattn {SAME_DIMS}, and hopattn / peer "
+               "on the hdim_v problem where the peer ran it and both rows passed the check (SDPA's backends may "
+               f"reject the shape: no row then). `hopattn {SAME_DIMS}` is empty where the run did not select that "
+               "problem (`--hdims` without d).", ""]
+        md += _untimed_note(rows, lambda r: field(r, "hdim_v") != r["hdim"], "hdim_v")
+        md.append(hdim_v)
     untimed = [r for r in rows if r.get("tflops") is None]
     if untimed:
         md += ["Not timed (check failed or error):", ""]
-        md += [f"- {r['impl']} {r['direction']}{' det' if r.get('deterministic') else ''} {r['dtype']} d{r['hdim']} "
+        md += [f"- {r['impl']} {r['direction']}{' det' if r.get('deterministic') else ''} {r['dtype']} "
+               f"d{dims_text(r['hdim'], field(r, 'hdim_v'))} "
                f"{mask_label(r['causal'], (field(r, 'window_left'), field(r, 'window_right')))}"
                f"{' sinks' if field(r, 'sinks') else ''}"
                f"{' softcap ' + softcap_text(field(r, 'softcap')) if field(r, 'softcap') else ''}"
@@ -519,11 +622,13 @@ def visible_pairs(seqlen, causal, window):
 class Problem:
     """One attention problem. Fixed length: q (batch, seqlen, heads, hdim). Varlen: lengths, packed.
     window: hopattn's window_size, (left, right) with -1 unbounded; sinks: with learnable_sink;
-    softcap: the score cap (0: none), S = softcap * tanh(scale * q.k / softcap)."""
+    softcap: the score cap (0: none), S = softcap * tanh(scale * q.k / softcap); hdim_v: the head
+    dim of V, O, dO and dV (None: hdim), Q and K keeping hdim."""
 
     def __init__(self, dtype, hdim, causal, batch, seqlen, heads, heads_kv, lengths=None, window=(-1, -1),
-                 sinks=False, softcap=0):
+                 sinks=False, softcap=0, hdim_v=None):
         self.dtype, self.hdim, self.causal = dtype, hdim, causal
+        self.hdim_v = hdim if hdim_v is None else hdim_v
         self.batch, self.seqlen, self.heads, self.heads_kv = batch, seqlen, heads, heads_kv
         self.lengths = lengths  # varlen: per-sequence lengths (seqlen_q == seqlen_k), seqlen = nominal mean
         self.window, self.sinks, self.softcap = tuple(window), sinks, softcap
@@ -540,21 +645,28 @@ class Problem:
 
     @property
     def panel(self):
+        """(dtype, kind, hdim, causal, hdim_v): --quick keeps one problem of each."""
         kind = "varlen" if self.varlen else (f"gqa {self.heads}/{self.heads_kv}" if self.heads != self.heads_kv else "")
-        return (self.dtype, kind, self.hdim, self.causal)
+        return (self.dtype, kind, self.hdim, self.causal, self.hdim_v)
 
     def fwd_flops(self):
-        """4 * heads * hdim per visible query-key pair: plain causal counts half the square (the
-        FlashAttention convention), a window its pairs exactly (as hopattn-bench does). The sinks'
-        few operations per row and the cap's tanh per score are not counted."""
+        """2 * heads * (hdim + hdim_v) per visible query-key pair, the two matmuls S = Q K^T (hdim)
+        and O = P V (hdim_v); 4 * heads * hdim where they are equal. Plain causal counts half the
+        square (the FlashAttention convention), a window its pairs exactly (as hopattn-bench does).
+        The sinks' few operations per row and the cap's tanh per score are not counted."""
         lens = self.lengths if self.varlen else [self.seqlen] * self.batch
+        per_pair = 2 * self.heads * (self.hdim + self.hdim_v)
         if self.window == (-1, -1):
-            return sum(4 * self.heads * s * s * self.hdim for s in lens) / (2 if self.causal else 1)
-        return sum(4 * self.heads * visible_pairs(s, self.causal, self.window) * self.hdim for s in lens)
+            return sum(per_pair * s * s for s in lens) / (2 if self.causal else 1)
+        return sum(per_pair * visible_pairs(s, self.causal, self.window) for s in lens)
 
     def row(self, impl, direction, deterministic, ms, **extra):
-        flops = self.fwd_flops() * (2.5 if direction == "bwd" else 1.0)
-        row = {"impl": impl, "direction": direction, "dtype": self.dtype, "hdim": self.hdim, "hdim_v": self.hdim,
+        # The backward counts its five matmuls, 2 * (3 * hdim + 2 * hdim_v) per pair (S, dQ, dK in
+        # hdim; dP, dV in hdim_v): 2.5x the forward for equal head dims (the FlashAttention
+        # convention), 2.6x at (192, 128).
+        backward_factor = (3 * self.hdim + 2 * self.hdim_v) / (self.hdim + self.hdim_v)
+        flops = self.fwd_flops() * (backward_factor if direction == "bwd" else 1.0)
+        row = {"impl": impl, "direction": direction, "dtype": self.dtype, "hdim": self.hdim, "hdim_v": self.hdim_v,
                "causal": self.causal, "window_left": self.window[0], "window_right": self.window[1],
                "softcap": self.softcap,
                "sinks": self.sinks, "batch": self.batch, "heads": self.heads, "heads_kv": self.heads_kv,
@@ -570,7 +682,7 @@ class Problem:
         kind = self.panel[1]
         mask = ("causal" if self.causal else "full") + (f" w{self.window[0]},{self.window[1]}"
                                                          if self.window != (-1, -1) else "")
-        return (f"{self.dtype} d{self.hdim} {mask}{' sinks' if self.sinks else ''}"
+        return (f"{self.dtype} d{dims_text(self.hdim, self.hdim_v)} {mask}{' sinks' if self.sinks else ''}"
                 f"{' softcap' + softcap_text(self.softcap) if self.softcap else ''} {kind + ' ' if kind else ''}"
                 f"b{self.batch} s{self.seqlen} h{self.heads}/{self.heads_kv}")
 
@@ -589,13 +701,21 @@ def varlen_lengths(seqlen, total, seed):
 
 
 def build_problems(a):
+    # Head dims of the sweep: each of --hdims, then each QK head dim of --hdim-pairs that --hdims
+    # lacks; for each, V's head dims: its own (when in --hdims), then those of its pairs. A pair's
+    # problem comes right after the problem of equal head dims at the same seqlen, so that the rows
+    # hdim_v_table divides are timed close together. Heads are hidden // hdim (QK's): the same heads,
+    # batch and Q, K as that problem.
+    hdims_v = {hdim: [hdim] for hdim in a.hdims}
+    for hdim, hdim_v in a.hdim_pairs:
+        hdims_v.setdefault(hdim, []).append(hdim_v)
     problems = []
     for dtype in a.dtype:
-        for hdim in a.hdims:
+        for hdim, v_dims in hdims_v.items():
             for causal in a.causal:
                 for s in a.seqlens:
-                    problems.append(Problem(dtype, hdim, causal, SWEEP_TOKENS // s, s, SWEEP_HIDDEN // hdim,
-                                            SWEEP_HIDDEN // hdim))
+                    problems += [Problem(dtype, hdim, causal, SWEEP_TOKENS // s, s, SWEEP_HIDDEN // hdim,
+                                         SWEEP_HIDDEN // hdim, hdim_v=hdim_v) for hdim_v in v_dims]
         if "gqa" in a.extra and GQA_HDIM in a.hdims:
             for heads, heads_kv in GQA_SHAPES:
                 for causal in a.causal:
@@ -634,21 +754,24 @@ def build_problems(a):
 
 class Tensors:
     """Inputs of one problem, shared by every implementation: q, k, v, dout in hopattn's layout
-    ((batch, seqlen, heads, d), or packed (total, heads, d) for varlen), leaves requiring grad, and
-    with sinks the float32 (heads,) sink logits, N(0, 1), also requiring grad."""
+    ((batch, seqlen, heads, d), or packed (total, heads, d) for varlen; v and dout with the last
+    dim hdim_v), leaves requiring grad, and with sinks the float32 (heads,) sink logits, N(0, 1),
+    also requiring grad."""
 
     def __init__(self, torch, p, seed=0, device="cuda"):
         dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[p.dtype]
         gen = torch.Generator(device=device).manual_seed(seed)
         lead = (sum(p.lengths),) if p.varlen else (p.batch, p.seqlen)
 
-        def randn(heads):
-            return torch.randn(*lead, heads, p.hdim, device=device, dtype=dt, generator=gen)
+        def randn(heads, dim):
+            return torch.randn(*lead, heads, dim, device=device, dtype=dt, generator=gen)
 
-        self.q = randn(p.heads).requires_grad_(True)
-        self.k = randn(p.heads_kv).requires_grad_(True)
-        self.v = randn(p.heads_kv).requires_grad_(True)
-        self.dout = randn(p.heads)
+        # In this order, so that q and k of a problem with its own hdim_v equal those of the problem
+        # with hdim_v = hdim.
+        self.q = randn(p.heads, p.hdim).requires_grad_(True)
+        self.k = randn(p.heads_kv, p.hdim).requires_grad_(True)
+        self.v = randn(p.heads_kv, p.hdim_v).requires_grad_(True)
+        self.dout = randn(p.heads, p.hdim_v)
         # Drawn after the others, so that q, k, v and dout equal those of the problem without sinks.
         self.sink = (torch.randn(p.heads, device=device, dtype=torch.float32, generator=gen).requires_grad_(True)
                      if p.sinks else None)
@@ -828,14 +951,15 @@ def _cap(torch, scores, softcap):
 
 
 def _attention_slice(torch, q, k, v, dout, causal, dtype, window=(-1, -1), sink=None, softcap=0):
-    """q: (s, G, d), k, v: (s, d) in `dtype` (float64: the reference, else the naive low-precision
-    computation); window: hopattn's window_size; sink: None or the G heads' logits, one more column
-    of every row's softmax whose probability is then dropped (the sink has no value,
-    docs/semantics.md); softcap: the score cap (0: none), applied to scale * q.k before the mask
-    (_cap). Returns out (s, G, d) and dq, dk, dv, computed one query head at a time."""
+    """q: (s, G, d), k: (s, d), v: (s, dv), dout: (s, G, dv) in `dtype` (float64: the reference, else
+    the naive low-precision computation); window: hopattn's window_size; sink: None or the G heads'
+    logits, one more column of every row's softmax whose probability is then dropped (the sink has
+    no value, docs/semantics.md); softcap: the score cap (0: none), applied to scale * q.k before the
+    mask (_cap). The scale is 1 / sqrt(d), Q's head dim whatever V's, as hopattn's, FlashAttention's
+    and SDPA's default. Returns out (s, G, dv) and dq, dk, dv, computed one query head at a time."""
     q, k, v, dout = (x.detach().to(dtype) for x in (q, k, v, dout))
     s, heads, d = q.shape
-    scale = 1.0 / math.sqrt(d)
+    scale = 1.0 / math.sqrt(d)  # Q's head dim, not V's
     mask = _visible(torch, torch.arange(s, device=q.device), k.shape[0], causal, window)
     softmax_dtype = torch.float64 if dtype == torch.float64 else torch.float32  # naive: as FA3's tests, in float32
     kk, vv = k.clone().requires_grad_(True), v.clone().requires_grad_(True)
@@ -867,7 +991,8 @@ def _sink_gradient(torch, p, t, qh, kvh):
     """(exact, naive) d loss / d sink of the query heads qh (one KV-head group) by the closed form of
     docs/semantics.md, dsink_h = -sum_i exp(sink_h - LSE_i) * rowsum(dO_i * O_i), over every row of
     every sequence: unlike dq, dk and dv, the sink's gradient sums over the whole batch, so the
-    checked slice alone cannot give it. O and LSE are exact (float64), with the problem's softcap.
+    checked slice alone cannot give it. O and LSE are exact (float64), with the problem's softcap
+    (the scale from Q's head dim, O and dO of V's).
 
     The tolerance (FA3's rule with these two) is a float32 one, scaled by the rounding of O: dsink is
     float32, but each of its terms reads the output the forward stored in bf16/fp16 (D = rowsum(dO * O),
@@ -1140,6 +1265,23 @@ def _softcap_value(text):
     return value
 
 
+def _hdim_pairs(text):
+    """--hdim-pairs: QKxV head-dim pairs, comma separated ('192x128,128x64'), V's differing from QK's
+    (equal ones are the sweep's own problems: --hdims)."""
+    pairs = []
+    for word in (w for w in text.split(",") if w):
+        match = re.fullmatch(r"(\d+)x(\d+)", word.strip())
+        if not match or 0 in (int(match[1]), int(match[2])):
+            raise argparse.ArgumentTypeError(f"--hdim-pairs takes QKxV head dims such as 192x128, not {word}")
+        pair = (int(match[1]), int(match[2]))
+        if pair[0] == pair[1]:
+            raise argparse.ArgumentTypeError(f"--hdim-pairs {word}: equal head dims are the sweep's problems "
+                                             f"(--hdims {pair[0]})")
+        if pair not in pairs:
+            pairs.append(pair)
+    return pairs
+
+
 def _window_left(text):
     left = int(text)
     if left < 0:
@@ -1170,6 +1312,10 @@ def run_parser():
     parser.add_argument("--softcap", type=_softcap_value, default=None, metavar="VALUE",
                         help="also time every problem (window and sink copies included) with the scores capped, "
                         "softcap * tanh(scale * q.k / softcap) (hopattn, FA3 and FA4; SDPA has no cap)")
+    parser.add_argument("--hdim-pairs", type=_hdim_pairs, default=[], metavar="QKxV[,...]",
+                        help="also time sweep problems whose V, O, dO and dV have their own head dim: 192x128 is "
+                        "hdim 192 (Q, K, and the heads: hidden // 192) with hdim_v 128; with --hdims 192 too, the "
+                        "report puts each beside the d192 problem (default: none)")
     parser.add_argument("--no-check", action="store_true", help="time without the float64 check (not for reports)")
     parser.add_argument("--quick", action="store_true", help="one row per panel (seqlen nearest 4k), fewer reps")
     parser.add_argument("--warmup", type=int, default=3)

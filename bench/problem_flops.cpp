@@ -26,9 +26,13 @@ double forward_flops(const testing::CaseSpec& s) {
   } else {
     pairs = s.batch * visible_pairs(mask, s.seqlen_q, s.seqlen_k);
   }
-  return 4.0 * s.heads * s.head_dim * pairs;
+  return 2.0 * s.heads * (s.head_dim + s.value_dim()) * pairs;
 }
 
-double backward_flops(const testing::CaseSpec& s) { return 2.5 * forward_flops(s); }
+// Five matmuls, 2 * (3 * head_dim + 2 * head_dim_v) per pair: S, dQ and dK in head_dim, dP and dV
+// in head_dim_v; 2.5x the forward for equal head dims.
+double backward_flops(const testing::CaseSpec& s) {
+  return forward_flops(s) * (3.0 * s.head_dim + 2.0 * s.value_dim()) / (s.head_dim + s.value_dim());
+}
 
 }  // namespace hopattn::bench

@@ -63,8 +63,10 @@ typedef struct hopattn_page_table {
 
 typedef struct hopattn_forward_args {
   size_t struct_size;
+  /* As in hopattn.hpp's ForwardArgs: q and k end in head_dim, v and o in head_dim_v (v's last
+   * dimension, which may differ from head_dim). */
   hopattn_tensor q, k, v, o, lse;
-  float softmax_scale; /* 0 selects 1/sqrt(head_dim) */
+  float softmax_scale; /* 0 selects 1/sqrt(head_dim) (q's) */
   int32_t causal;
   int32_t window_left;  /* -1: unbounded */
   int32_t window_right; /* -1: unbounded */
@@ -73,9 +75,10 @@ typedef struct hopattn_forward_args {
    * n > 1: up to n; splits need the workspace) and GQA head packing (-1: chosen, 0: off, 1: on). */
   int32_t num_splits;
   int32_t pack_gqa;
-  /* Added after 0.1.0: paged K/V (chunked prefill). With page_table.data set, k and v are
-   * (num_pages, page_size, heads_kv, head_dim), varlen.cu_seqlens_k must be null and
-   * varlen.seqused_k counts each sequence's keys (default: max_pages * page_size). */
+  /* Added after 0.1.0: paged K/V (chunked prefill). With page_table.data set, k is
+   * (num_pages, page_size, heads_kv, head_dim) and v (num_pages, page_size, heads_kv, head_dim_v),
+   * varlen.cu_seqlens_k must be null and varlen.seqused_k counts each sequence's keys (default:
+   * max_pages * page_size). */
   hopattn_page_table page_table;
   /* Added after 0.1.0: attention sinks (hopattn.hpp, ForwardArgs; docs/semantics.md, "Attention
    * sinks"). Optional float32 (heads,), one logit per query head added to every row's softmax
@@ -90,6 +93,7 @@ typedef struct hopattn_forward_args {
 
 typedef struct hopattn_backward_args {
   size_t struct_size;
+  /* q, k, dq, dk end in head_dim; v, o, dout, dv in head_dim_v (v's last dimension). */
   hopattn_tensor q, k, v, o, lse, dout, dq, dk, dv;
   float softmax_scale;
   int32_t causal;
@@ -123,7 +127,8 @@ typedef struct hopattn_kvcache_args {
   size_t struct_size;
   hopattn_tensor q; /* (batch, seqlen_q, heads, head_dim), or (total_q, heads, head_dim) with cu_seqlens_q */
   /* (cache_rows, capacity, heads_kv, head_dim), or (num_pages, page_size, heads_kv, head_dim) with a
-   * page table; updated in place where k_new/v_new are given. */
+   * page table; updated in place where k_new/v_new are given. v_cache likewise with its own last
+   * dimension, head_dim_v. */
   hopattn_tensor k_cache;
   hopattn_tensor v_cache;
   hopattn_page_table page_table;     /* optional: a paged cache */
@@ -131,16 +136,17 @@ typedef struct hopattn_kvcache_args {
   hopattn_int_array cache_batch_idx; /* optional (batch): the cache row (or page table row) of sequence b */
   hopattn_int_array cache_leftpad;   /* optional (batch): first cache position of sequence b */
   /* Optional new keys/values, appended at cache_seqlens[b]: (batch, seqlen_new, heads_kv, head_dim),
-   * or (total_new, heads_kv, head_dim) with cu_seqlens_new. Both or neither. */
+   * or (total_new, heads_kv, head_dim) with cu_seqlens_new; v_new ends in head_dim_v. Both or
+   * neither. */
   hopattn_tensor k_new;
   hopattn_tensor v_new;
   hopattn_int_array cu_seqlens_new; /* optional (batch + 1) */
   hopattn_rotary rotary;            /* optional; needs k_new/v_new */
   hopattn_int_array cu_seqlens_q;   /* optional (batch + 1): varlen queries (chunked prefill) */
   int32_t max_seqlen_q;             /* with cu_seqlens_q: >= every query sequence's length */
-  hopattn_tensor o;                 /* like q, written */
+  hopattn_tensor o;                 /* like q but ending in head_dim_v, written */
   hopattn_tensor lse;               /* optional, float32 (batch, heads, seqlen_q) or (heads, total_q), written */
-  float softmax_scale;              /* 0 selects 1/sqrt(head_dim) */
+  float softmax_scale;              /* 0 selects 1/sqrt(head_dim) (q's) */
   int32_t causal;
   int32_t window_left;  /* -1: unbounded */
   int32_t window_right; /* -1: unbounded */

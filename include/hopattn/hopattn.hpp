@@ -80,8 +80,8 @@ struct Mask {
 };
 
 // Variable-length batches: sequences packed along the token axis. Enabled when
-// cu_seqlens_q.data is set; then Q/O/dO/dQ are (total_q, H, d), K/V/dK/dV are (total_k, H_kv, d)
-// and LSE is (H, total_q).
+// cu_seqlens_q.data is set; then Q/dQ are (total_q, H, d), O/dO (total_q, H, d_v), K/dK are
+// (total_k, H_kv, d), V/dV (total_k, H_kv, d_v) and LSE is (H, total_q).
 struct Varlen {
   IntArray cu_seqlens_q;     // batch + 1 prefix sums of the query lengths
   IntArray cu_seqlens_k;     // batch + 1 prefix sums of the key lengths
@@ -93,7 +93,7 @@ struct Varlen {
   bool enabled() const { return cu_seqlens_q.data != nullptr || cu_seqlens_k.data != nullptr; }
 };
 
-// softmax_scale == 0 selects 1/sqrt(head_dim).
+// softmax_scale == 0 selects 1/sqrt(head_dim), Q and K's head dim d.
 inline constexpr float kDefaultSoftmaxScale = 0.0f;
 
 // Whether the forward packs the query heads of a GQA group into the rows of one tile, so that
@@ -102,7 +102,7 @@ inline constexpr float kDefaultSoftmaxScale = 0.0f;
 enum class PackGqa : int32_t { kAuto = -1, kOff = 0, kOn = 1 };
 
 // A paged KV cache's page table (docs/semantics.md, "KV caches"): K and V are pages of
-// (num_pages, page_size, H_kv, d), and key j of sequence b is row j % page_size of page
+// (num_pages, page_size, H_kv, d) (d_v for V), and key j of sequence b is row j % page_size of page
 // data[b * row_stride + j / page_size]. Any page_size >= 1 works; page sizes that are a multiple
 // of the kernel's key block (128 up to d128) load a block with one TMA copy, others gather rows.
 // Page indices live on the device: one outside [0, num_pages) is never followed, and the rows of
@@ -116,11 +116,13 @@ struct PageTable {
   bool enabled() const { return data != nullptr; }
 };
 
+// Q and K have head dim d, V its own, d_v (its last dimension; V, O, dO and dV have it): each a
+// multiple of 8 in [8, 256], d_v smaller than, equal to or larger than d (DeepSeek's MLA: 192, 128).
 struct ForwardArgs {
   Tensor q;    // (batch, seqlen_q, H, d)
   Tensor k;    // (batch, seqlen_k, H_kv, d)
-  Tensor v;    // (batch, seqlen_k, H_kv, d)
-  Tensor o;    // (batch, seqlen_q, H, d), written
+  Tensor v;    // (batch, seqlen_k, H_kv, d_v)
+  Tensor o;    // (batch, seqlen_q, H, d_v), written
   Tensor lse;  // fp32 (batch, H, seqlen_q), written; optional (data == nullptr skips it)
   float softmax_scale = kDefaultSoftmaxScale;
   Mask mask;
@@ -132,7 +134,7 @@ struct ForwardArgs {
   int32_t num_splits = 0;
   PackGqa pack_gqa = PackGqa::kAuto;
   // Paged K/V (chunked prefill, docs/semantics.md "KV caches"): with page_table set, k and v are
-  // (num_pages, page_size, H_kv, d) and sequence b's keys are its pages in table order, as many as
+  // (num_pages, page_size, H_kv, d or d_v) and sequence b's keys are its pages in table order, as many as
   // varlen.seqused_k[b] says (all max_pages * page_size of them without it). Varlen queries then
   // take cu_seqlens_q and seqused_k, with no cu_seqlens_k.
   PageTable page_table;
@@ -165,7 +167,7 @@ struct RotaryEmbedding {
 struct KVCacheArgs {
   Tensor q;  // (batch, seqlen_q, H, d), or (total_q, H, d) with cu_seqlens_q
   // The cache: (batch_cache, capacity, H_kv, d), or (num_pages, page_size, H_kv, d) with a
-  // page table. Updated in place where k_new/v_new are given.
+  // page table, d_v in place of d for v_cache. Updated in place where k_new/v_new are given.
   Tensor k_cache;
   Tensor v_cache;
   PageTable page_table;
@@ -173,14 +175,14 @@ struct KVCacheArgs {
   IntArray cache_batch_idx;  // optional (batch): the cache row (or page table row) of sequence b
   IntArray cache_leftpad;    // optional (batch): first cache position of sequence b (left padding)
   // Optional new keys/values, appended at cache_seqlens[b]: (batch, seqlen_new, H_kv, d), or
-  // (total_new, H_kv, d) with cu_seqlens_new.
+  // (total_new, H_kv, d) with cu_seqlens_new (d_v for v_new).
   Tensor k_new;
   Tensor v_new;
   IntArray cu_seqlens_new;  // optional (batch + 1)
   RotaryEmbedding rotary;   // needs k_new
   IntArray cu_seqlens_q;    // optional (batch + 1): varlen queries (chunked prefill)
   int32_t max_seqlen_q = 0; // with cu_seqlens_q: >= every query sequence's length
-  Tensor o;    // like q, written
+  Tensor o;    // like q with v_cache's d_v, written
   Tensor lse;  // fp32 (batch, H, seqlen_q) or (H, total_q), written; optional
   float softmax_scale = kDefaultSoftmaxScale;
   Mask mask;
@@ -244,9 +246,18 @@ Status forward_kvcache_workspace_size(const KVCacheArgs& args, size_t* bytes);
 // error. Safe to capture in a CUDA graph: nothing is read on the host.
 Status forward_kvcache(const KVCacheArgs& args, Workspace workspace, Stream stream);
 
-// Which specialised kernels this build compiled (CMake HOPATTN_HEADDIMS / HOPATTN_DTYPES).
+// The head dims of a kernel: Q and K's, and V's (and O's).
+struct HeadDimPair {
+  int qk = 0;
+  int v = 0;
+};
+
+// Which specialised kernels this build compiled (CMake HOPATTN_HEADDIMS / HOPATTN_DTYPES). A
+// problem runs on the kernel with the fewest head dims (qk + v) that holds both of its own.
 struct BuildInfo {
-  std::vector<int> head_dims;
+  std::vector<int> head_dims;              // kernels with V's head dim equal to Q/K's
+  std::vector<HeadDimPair> kernel_head_dims;  // every kernel: (d, d) for each of head_dims, then pairs
+  bool softcap = false;                       // whether each kernel has its softcap variant
   std::vector<DType> dtypes;
   std::string version;
 };

@@ -94,6 +94,12 @@ def _check_paged_rank(q, k, v) -> None:
                                        "(num_pages, page_size, heads_kv, head_dim)")
 
 
+def _out_shape(q, v) -> tuple:
+    """out's shape: q's, with v's last dimension (head_dim_v, V's head dim, which may differ from q's
+    head_dim). A v of no dimensions gives q's without its last, for the library's rank error."""
+    return (*q.shape[:-1], *v.shape[-1:])
+
+
 def _check_index_array(name: str, t, device, dims: int = 1) -> None:
     """An int32 tensor of `dims` dimensions on `device` (1: cu_seqlens and the like; 2: a page table)."""
     if not isinstance(t, Tensor):
@@ -291,13 +297,13 @@ def forward_impl(
         seqused_q, seqused_k = _index_array(seqused_q), _index_array(seqused_k)
         # Rows that no sequence covers (or beyond seqused) are not written by the library: they
         # read as rows that see no key, O = 0 and LSE = -inf.
-        out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
+        out = torch.zeros(_out_shape(q, v), dtype=q.dtype, device=q.device)
         lse = None
         if with_lse:
             lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
         varlen_fields = _varlen_fields(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
     else:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        out = torch.empty(_out_shape(q, v), dtype=q.dtype, device=q.device)
         lse = None
         if with_lse:
             lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
@@ -474,12 +480,12 @@ def forward_kvcache_impl(
     if cu_seqlens_q is not None:
         _check_max_seqlens(max_seqlen_q, 0)
         # As in the varlen forward: rows of no sequence are not written (out = 0, lse = -inf).
-        out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
+        out = torch.zeros(_out_shape(q, v_cache), dtype=q.dtype, device=q.device)
         if with_lse:
             lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
     else:
         max_seqlen_q = 0
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        out = torch.empty(_out_shape(q, v_cache), dtype=q.dtype, device=q.device)
         if with_lse:
             lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
     # rotary_seqlens goes along without the tables too, so that the library names that mistake.
@@ -556,7 +562,7 @@ def _forward_fake(
     if learnable_sink is not None:
         _check_sink(learnable_sink, q)
     _softcap(softcap)
-    return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+    return q.new_empty(_out_shape(q, v)), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
 @torch.library.custom_op("hopattn::forward_varlen", mutates_args=())
@@ -603,7 +609,7 @@ def _forward_varlen_fake(
     if learnable_sink is not None:
         _check_sink(learnable_sink, q)
     _softcap(softcap)
-    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    return q.new_empty(_out_shape(q, v)), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
 @torch.library.custom_op("hopattn::forward_kvcache", mutates_args=("k_cache", "v_cache"))
@@ -655,9 +661,10 @@ def _forward_kvcache_fake(
     want, dims = (3, "(total_q, heads, head_dim)") if varlen else (4, "(batch, seqlen_q, heads, head_dim)")
     if q.dim() != want:
         raise InvalidArgumentError(f"q.rank is {q.dim()} but must be {want}: {dims}")
+    out = q.new_empty(_out_shape(q, v_cache))
     if varlen:
-        return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
-    return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+        return out, q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    return out, q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
 def _sink_gradient(dsink: Optional[Tensor], q: Tensor) -> Tensor:
@@ -894,13 +901,15 @@ def attention(
 
     Args:
         q: (batch, seqlen_q, heads, head_dim), float16 or bfloat16, on a CUDA (sm_90) device.
-        k, v: (batch, seqlen_k, heads_kv, head_dim), same dtype and device. heads must be a
-            multiple of heads_kv: query head h reads key/value head h // (heads // heads_kv)
-            (GQA; MQA when heads_kv == 1). head_dim is a multiple of 8 up to 256.
+        k: (batch, seqlen_k, heads_kv, head_dim); v: (batch, seqlen_k, heads_kv, head_dim_v), same
+            dtype and device. heads must be a multiple of heads_kv: query head h reads key/value
+            head h // (heads // heads_kv) (GQA; MQA when heads_kv == 1). head_dim and head_dim_v
+            (V's own head dim, out's too: smaller than, equal to or larger than head_dim, e.g.
+            DeepSeek's 192 and 128) are each a multiple of 8 in [8, 256].
             Strided views are accepted as they are (no copy) when the last dimension is contiguous,
             every other stride is a multiple of 8 elements and the data is 16-byte aligned, for
             example q, k, v sliced out of one packed qkv tensor; anything else raises ValueError.
-        softmax_scale: None (or 0) for 1/sqrt(head_dim).
+        softmax_scale: None (or 0) for 1/sqrt(head_dim) (q's).
         causal: mask future keys; the mask is aligned to the bottom right when seqlen_q != seqlen_k.
         window_size: (left, right) sliding window, -1 for unbounded on that side. With
             shift = seqlen_k - seqlen_q, query i sees key j iff
@@ -927,7 +936,7 @@ def attention(
             alone. Negative, NaN or infinite caps raise ValueError.
 
     Returns:
-        out, (batch, seqlen_q, heads, head_dim) in q's dtype; with return_lse=True the pair
+        out, (batch, seqlen_q, heads, head_dim_v) in q's dtype; with return_lse=True the pair
         (out, lse), lse float32 of shape (batch, heads, seqlen_q) (note: heads before seqlen),
         natural log of sum_j exp(s_ij) over visible keys, s_ij = scale * q_i . k_j (capped with
         softcap), plus exp(sink) with learnable_sink. lse is not differentiable (a gradient
@@ -981,8 +990,8 @@ def attention_varlen(
     learnable_sink).
 
     Args:
-        q: (total_q, heads, head_dim); k, v: (total_k, heads_kv, head_dim); dtypes, GQA and strides
-            as in attention().
+        q: (total_q, heads, head_dim); k: (total_k, heads_kv, head_dim); v: (total_k, heads_kv,
+            head_dim_v); dtypes, head dims, GQA and strides as in attention().
         cu_seqlens_q, cu_seqlens_k: int32 (batch + 1,) prefix sums on q's device: sequence b holds
             tokens [cu_seqlens[b], cu_seqlens[b + 1]). Sequences of length 0 are allowed.
         max_seqlen_q, max_seqlen_k: Python ints, at least every sequence's length (ints, not
@@ -994,16 +1003,16 @@ def attention_varlen(
         num_splits, pack_gqa: as in attention(); the split layout depends only on the shapes and
             max_seqlen_*, so a captured graph serves any seqused_k.
         page_table: optional int32 (batch, max_pages): paged K/V (chunked prefill against a paged
-            KV cache). k and v are then (num_pages, page_size, heads_kv, head_dim), key j of
-            sequence b is row j % page_size of page page_table[b, j // page_size], cu_seqlens_k
-            must be None and seqused_k gives each sequence's key count (default: all
+            KV cache). k and v are then (num_pages, page_size, heads_kv, head_dim) (head_dim_v for
+            v), key j of sequence b is row j % page_size of page page_table[b, j // page_size],
+            cu_seqlens_k must be None and seqused_k gives each sequence's key count (default: all
             max_pages * page_size; max_seqlen_k is not used). Forward only: NotImplementedError
             when a gradient is asked for.
         learnable_sink: optional float32 (heads,) attention sinks, as in attention().
         softcap: score softcapping, as in attention().
 
     Returns:
-        out (total_q, heads, head_dim), or (out, lse) with return_lse=True, lse float32 of shape
+        out (total_q, heads, head_dim_v), or (out, lse) with return_lse=True, lse float32 of shape
         (heads, total_q) (heads first, tokens packed as in q). Rows that belong to no sequence or
         lie beyond seqused get out = 0 and lse = -inf, like rows that see no key (whose lse is the
         sink with learnable_sink), and zero gradients.
@@ -1078,14 +1087,17 @@ def attention_with_kvcache(
         q: (batch, seqlen_q, heads, head_dim), or (total_q, heads, head_dim) with cu_seqlens_q;
             float16 or bfloat16 on a CUDA (sm_90) device.
         k_cache, v_cache: (cache_rows, capacity, heads_kv, head_dim), or with page_table
-            (num_pages, page_size, heads_kv, head_dim), q's dtype; updated in place where k and v
-            are given. Any page_size >= 1.
+            (num_pages, page_size, heads_kv, head_dim), q's dtype; v_cache with head_dim_v (V's own
+            head dim, as in attention()) in place of head_dim. Updated in place where k and v are
+            given. Any page_size >= 1.
         k, v: optional new keys and values, (batch, seqlen_new, heads_kv, head_dim), or
-            (total_new, heads_kv, head_dim) with cu_seqlens_k_new. Both or neither.
+            (total_new, heads_kv, head_dim) with cu_seqlens_k_new; v with head_dim_v. Both or
+            neither.
         rotary_cos, rotary_sin: optional (max_position, rotary_dim / 2) of q's dtype, rotary_dim a
-            multiple of 16 up to head_dim; need k and v. New key t of sequence b is rotated at
-            position rotary_seqlens[b] + t (default cache_seqlens[b] + t); query i at that start
-            + i under a causal or local mask, at the start itself otherwise.
+            multiple of 16 up to head_dim (q's and k's; v is not rotated); need k and v. New key t
+            of sequence b is rotated at position rotary_seqlens[b] + t (default
+            cache_seqlens[b] + t); query i at that start + i under a causal or local mask, at the
+            start itself otherwise.
         cache_seqlens: int32 (batch,) tokens in each sequence's cache before this call; a Python
             int for all sequences; None for full caches (capacity tokens: k_cache.shape[1], or
             page_table.shape[1] * page_size), which then take no new keys.
@@ -1106,9 +1118,10 @@ def attention_with_kvcache(
         softcap: score softcapping, as in attention().
 
     Returns:
-        out like q, or (out, lse) with return_lse=True, lse float32 (batch, heads, seqlen_q), or
-        (heads, total_q) with cu_seqlens_q. A sequence whose indices (cache_seqlens, pages,
-        cache_batch_idx, rotary positions) only the device can find invalid gets NaN rows.
+        out like q but with v_cache's head_dim_v, or (out, lse) with return_lse=True, lse float32
+        (batch, heads, seqlen_q), or (heads, total_q) with cu_seqlens_q. A sequence whose indices
+        (cache_seqlens, pages, cache_batch_idx, rotary positions) only the device can find invalid
+        gets NaN rows.
 
     Raises:
         As attention(); also TypeError when index arrays are not int32 or max_seqlen_q is not a

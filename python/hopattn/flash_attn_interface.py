@@ -12,6 +12,8 @@ and return values are FlashAttention-3's:
   i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right; causal=True sets
   right = 0 (as FlashAttention-3 does, so causal with a right window is not an error here);
 - softmax_scale=None is 1/sqrt(head_dim); GQA/MQA by head counts; deterministic backward;
+- v (and out, and the KV cache's v_cache and new v) may have a head dim of its own, head_dim_v
+  (v.shape[-1], DeepSeek's 128 next to a head_dim of 192), a multiple of 8 in [8, 256];
 - softcap > 0 caps the scores at softcap * tanh(softmax_scale * q.k / softcap) (Gemma 2), forward
   and backward; 0 is off; a negative or non-finite softcap raises ValueError.
 Not supported (NotImplementedError, a RuntimeError): qv, q/k/v_descale (FP8), attention_chunk != 0,
@@ -70,9 +72,10 @@ def flash_attn_func(
     return_attn_probs=False,
 ):
     """FlashAttention-3's flash_attn_func on hopattn. q: (batch, seqlen_q, heads, head_dim),
-    k, v: (batch, seqlen_k, heads_kv, head_dim). Returns out (batch, seqlen_q, heads, head_dim),
-    or (out, softmax_lse) with return_attn_probs=True, softmax_lse float32 (batch, heads, seqlen_q).
-    See hopattn.attention for the mask and the errors."""
+    k: (batch, seqlen_k, heads_kv, head_dim), v: (batch, seqlen_k, heads_kv, head_dim_v). Returns
+    out (batch, seqlen_q, heads, head_dim_v), or (out, softmax_lse) with return_attn_probs=True,
+    softmax_lse float32 (batch, heads, seqlen_q). See hopattn.attention for the mask and the
+    errors."""
     _reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk)
     q, k, v = _maybe_contiguous(q), _maybe_contiguous(k), _maybe_contiguous(v)
     return _torch.attention(
@@ -116,9 +119,10 @@ def flash_attn_varlen_func(
     return_attn_probs=False,
 ):
     """FlashAttention-3's flash_attn_varlen_func on hopattn. q: (total_q, heads, head_dim),
-    k, v: (total_k, heads_kv, head_dim), cu_seqlens_* int32 (batch + 1,), max_seqlen_* Python ints.
-    Returns out (total_q, heads, head_dim), or (out, softmax_lse) with return_attn_probs=True,
-    softmax_lse float32 (heads, total_q). See hopattn.attention_varlen."""
+    k: (total_k, heads_kv, head_dim), v: (total_k, heads_kv, head_dim_v), cu_seqlens_* int32
+    (batch + 1,), max_seqlen_* Python ints. Returns out (total_q, heads, head_dim_v), or
+    (out, softmax_lse) with return_attn_probs=True, softmax_lse float32 (heads, total_q). See
+    hopattn.attention_varlen."""
     _reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk)
     q, k, v = _maybe_contiguous(q), _maybe_contiguous(k), _maybe_contiguous(v)
     return _torch.attention_varlen(

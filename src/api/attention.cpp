@@ -56,7 +56,9 @@ Status backward(const BackwardArgs& args, Workspace workspace, Stream stream) {
 BuildInfo build_info() {
   BuildInfo info;
   info.head_dims.assign(std::begin(build_config::kHeadDims), std::end(build_config::kHeadDims));
+  info.kernel_head_dims.assign(std::begin(build_config::kKernelHeadDims), std::end(build_config::kKernelHeadDims));
   info.dtypes.assign(std::begin(build_config::kDTypes), std::end(build_config::kDTypes));
+  info.softcap = build_config::kSoftcapKernels;
   info.version = build_config::kVersion;
   return info;
 }

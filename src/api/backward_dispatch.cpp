@@ -4,6 +4,7 @@
 
 #include "api/device.hpp"
 #include "api/forward_dispatch.hpp"
+#include "api/kernel_choice.hpp"
 #include "kernels/bwd/backward_kernels.hpp"
 #include "kernels/reference/reference_attention.hpp"
 
@@ -15,7 +16,7 @@ using BackwardLauncher = cudaError_t (*)(const Problem&, const BackwardTensors&,
 
 struct BackwardKernelEntry {
   DType dtype;
-  int head_dim;
+  HeadDimPair head_dims;
   ScoreVariant scores;
   BackwardLauncher launch;
 };
@@ -23,11 +24,12 @@ struct BackwardKernelEntry {
 // One entry per backward instantiation this build compiled (HOPATTN_HEADDIMS/HOPATTN_DTYPES and
 // HOPATTN_SOFTCAP).
 constexpr BackwardKernelEntry kBackwardKernels[] = {
-#define HOPATTN_KERNEL(dtype, head_dim, scores) \
-  {DType::dtype, head_dim, ScoreVariant::scores, &launch_backward_kernels<DType::dtype, head_dim, ScoreVariant::scores>},
+#define HOPATTN_KERNEL(dtype, head_dim, head_dim_v, scores)          \
+  {DType::dtype, {head_dim, head_dim_v}, ScoreVariant::scores,       \
+   &launch_backward_kernels<DType::dtype, head_dim, head_dim_v, ScoreVariant::scores>},
 #include "kernels/instantiations/backward_kernel_list.inc"
 #undef HOPATTN_KERNEL
-    {DType::kFloat32, 0, ScoreVariant::kPlain, nullptr},  // end marker: a build may compile no backward kernel
+    {DType::kFloat32, {}, ScoreVariant::kPlain, nullptr},  // end marker: a build may compile no backward kernel
 };
 
 // Grid limits: the pre- and postprocess kernels put heads and batch on grid dimensions y and z
@@ -54,10 +56,7 @@ BackwardPlan plan_backward(const Problem& p, const BackwardTensors& t) {
     plan.reference = true;
     return plan;
   }
-  for (const BackwardKernelEntry& e : kBackwardKernels) {
-    if (e.launch == nullptr || e.dtype != p.dtype || e.head_dim < p.head_dim || e.scores != score_variant(p)) continue;
-    if (plan.kernel == nullptr || e.head_dim < plan.kernel->head_dim) plan.kernel = &e;
-  }
+  plan.kernel = smallest_kernel_holding(kBackwardKernels, p);
   return plan;
 }
 
@@ -68,7 +67,7 @@ constexpr ReferencePrecision kReferencePrecision = ReferencePrecision::kFloat32;
 size_t backward_workspace_bytes(const Problem& problem, const BackwardTensors& tensors) {
   const BackwardPlan plan = plan_backward(problem, tensors);
   if (plan.reference) return reference_backward_workspace_bytes(problem, kReferencePrecision);
-  return plan.kernel ? BackwardWorkspace::bytes_for(problem, plan.kernel->head_dim) : 0;
+  return plan.kernel ? BackwardWorkspace::bytes_for(problem, plan.kernel->head_dims) : 0;
 }
 
 Status run_backward(const Problem& problem, const BackwardTensors& tensors, void* workspace, bool deterministic,
@@ -79,14 +78,7 @@ Status run_backward(const Problem& problem, const BackwardTensors& tensors, void
     return cuda_status(reference_backward(problem, tensors, workspace, kReferencePrecision, stream),
                        "backward kernel launch");
   }
-  if (plan.kernel == nullptr) {
-    return Status(StatusCode::kNotSupported,
-                  std::string("this build has no ") + (problem.softcap > 0.f ? "softcap " : "") +
-                      "backward kernel for dtype " + dtype_name(problem.dtype) + " with head_dim >= " +
-                      std::to_string(problem.head_dim) +
-                      "; rebuild with it in the CMake options HOPATTN_DTYPES / HOPATTN_HEADDIMS" +
-                      (problem.softcap > 0.f ? " and HOPATTN_SOFTCAP=ON" : ""));
-  }
+  if (plan.kernel == nullptr) return missing_kernel("backward", problem);
   return cuda_status(plan.kernel->launch(problem, tensors, workspace, deterministic, current_device_limits(), stream),
                      "backward kernel launch");
 }

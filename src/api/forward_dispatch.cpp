@@ -3,6 +3,7 @@
 #include <string>
 
 #include "api/device.hpp"
+#include "api/kernel_choice.hpp"
 #include "kernels/fwd/forward_kernels.hpp"
 #include "kernels/reference/reference_attention.hpp"
 
@@ -15,7 +16,7 @@ using ForwardWorkspaceSizer = size_t (*)(const Problem&, const DeviceLimits&);
 
 struct ForwardKernelEntry {
   DType dtype;
-  int head_dim;
+  HeadDimPair head_dims;
   ScoreVariant scores;
   ForwardLauncher launch;
   ForwardWorkspaceSizer workspace_bytes;
@@ -24,34 +25,20 @@ struct ForwardKernelEntry {
 // One entry per instantiation this build compiled (generated from HOPATTN_HEADDIMS/HOPATTN_DTYPES
 // and HOPATTN_SOFTCAP).
 constexpr ForwardKernelEntry kForwardKernels[] = {
-#define HOPATTN_KERNEL(dtype, head_dim, scores)                                                     \
-  {DType::dtype, head_dim, ScoreVariant::scores, &launch_forward_kernel<DType::dtype, head_dim, ScoreVariant::scores>, \
-   &forward_workspace_bytes<DType::dtype, head_dim, ScoreVariant::scores>},
+#define HOPATTN_KERNEL(dtype, head_dim, head_dim_v, scores)                                         \
+  {DType::dtype, {head_dim, head_dim_v}, ScoreVariant::scores,                                      \
+   &launch_forward_kernel<DType::dtype, head_dim, head_dim_v, ScoreVariant::scores>,                \
+   &forward_workspace_bytes<DType::dtype, head_dim, head_dim_v, ScoreVariant::scores>},
 #include "kernels/instantiations/kernel_list.inc"
 #undef HOPATTN_KERNEL
 };
 
-// The smallest compiled kernel head dim >= the problem's for its dtype and score variant (the
-// kernel zero-pads the rest).
-const ForwardKernelEntry* find_forward_kernel(const Problem& p) {
-  const ForwardKernelEntry* best = nullptr;
-  for (const ForwardKernelEntry& e : kForwardKernels) {
-    if (e.dtype != p.dtype || e.head_dim < p.head_dim || e.scores != score_variant(p)) continue;
-    if (best == nullptr || e.head_dim < best->head_dim) best = &e;
-  }
-  return best;
-}
+const ForwardKernelEntry* find_forward_kernel(const Problem& p) { return smallest_kernel_holding(kForwardKernels, p); }
 
 }  // namespace
 
 Status check_forward_kernel_built(const Problem& problem) {
-  if (find_forward_kernel(problem) != nullptr) return Status();
-  const bool softcap = score_variant(problem) == ScoreVariant::kSoftcap;
-  return Status(StatusCode::kNotSupported,
-                std::string("this build has no ") + (softcap ? "softcap " : "") + "forward kernel for dtype " +
-                    dtype_name(problem.dtype) + " with head_dim >= " + std::to_string(problem.head_dim) +
-                    "; rebuild with it in the CMake options HOPATTN_DTYPES / HOPATTN_HEADDIMS" +
-                    (softcap ? " and HOPATTN_SOFTCAP=ON" : ""));
+  return find_forward_kernel(problem) != nullptr ? Status() : missing_kernel("forward", problem);
 }
 
 namespace {

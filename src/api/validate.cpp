@@ -200,9 +200,22 @@ Status resolve_heads(const Tensor& q, int q_heads, const Tensor& k, int k_heads,
   return Status();
 }
 
-// Shapes shared by forward and backward: everything Problem holds, taken from q, k and varlen.
-Status resolve_problem(const Tensor& q, const Tensor& k, float softmax_scale, const Mask& mask, const Varlen& varlen,
-                       Problem* p) {
+// head_dim_v, the last dimension of v (and of o, dout and dv), from a v whose rank is checked: the
+// rule of head_dim, whatever the two are to each other (DeepSeek's MLA has 192 for Q/K, 128 for V).
+Status resolve_head_dim_v(const Tensor& v, const char* v_name, Problem* p) {
+  const int last = v.rank - 1;
+  const int64_t head_dim_v = v.shape[last];
+  if (head_dim_v % kHeadDimMultiple != 0 || head_dim_v <= 0 || head_dim_v > kMaxHeadDim) {
+    return invalid(v_name, ".shape[", last, "] (head_dim_v) is ", head_dim_v, " but must be a multiple of ",
+                   kHeadDimMultiple, " in [8, ", kMaxHeadDim, "]");
+  }
+  p->head_dim_v = static_cast<int>(head_dim_v);
+  return Status();
+}
+
+// Shapes shared by forward and backward: everything Problem holds, taken from q, k, v and varlen.
+Status resolve_problem(const Tensor& q, const Tensor& k, const Tensor& v, float softmax_scale, const Mask& mask,
+                       const Varlen& varlen, Problem* p) {
   if (q.dtype != DType::kFloat16 && q.dtype != DType::kBFloat16) {
     return invalid("q.dtype is ", dtype_name(q.dtype), " but must be float16 or bfloat16");
   }
@@ -217,8 +230,10 @@ Status resolve_problem(const Tensor& q, const Tensor& k, float softmax_scale, co
   const int want_rank = is_varlen ? 3 : 4;
   const char* q_dims = is_varlen ? "(total_q, heads, head_dim)" : "(batch, seqlen_q, heads, head_dim)";
   const char* k_dims = is_varlen ? "(total_k, heads_kv, head_dim)" : "(batch, seqlen_k, heads_kv, head_dim)";
+  const char* v_dims = is_varlen ? "(total_k, heads_kv, head_dim_v)" : "(batch, seqlen_k, heads_kv, head_dim_v)";
   if (q.rank != want_rank) return invalid("q.rank is ", q.rank, " but must be ", want_rank, ": ", q_dims);
   if (k.rank != want_rank) return invalid("k.rank is ", k.rank, " but must be ", want_rank, ": ", k_dims);
+  if (v.rank != want_rank) return invalid("v.rank is ", v.rank, " but must be ", want_rank, ": ", v_dims);
   static const char* const kQNames[2][4] = {
       {"q.shape[0] (batch)", "q.shape[1] (seqlen_q)", "q.shape[2] (heads)", "q.shape[3] (head_dim)"},
       {"q.shape[0] (total_q)", "q.shape[1] (heads)", "q.shape[2] (head_dim)", ""}};
@@ -231,6 +246,7 @@ Status resolve_problem(const Tensor& q, const Tensor& k, float softmax_scale, co
   }
   const int o = is_varlen ? 1 : 2;  // index of the heads dimension
   if (Status s = resolve_heads(q, o, k, o, "k", p); !s.ok()) return s;
+  if (Status s = resolve_head_dim_v(v, "v", p); !s.ok()) return s;
 
   if (is_varlen) {
     if (varlen.cu_seqlens_q.data == nullptr || varlen.cu_seqlens_k.data == nullptr) {
@@ -288,14 +304,30 @@ Status resolve_scores(const Mask& mask, float softmax_scale, Problem* p) {
   return Status();
 }
 
-ExpectedTensor expect_q_like(const char* name, const Problem& p) {
-  if (p.varlen()) return {name, 3, {p.total_q(), p.heads, p.head_dim}, "(total_q, heads, head_dim)"};
-  return {name, 4, {p.batch, p.max_seqlen_q, p.heads, p.head_dim}, "(batch, seqlen_q, heads, head_dim)"};
+// The last dimension of a row tensor: Q, K, dQ and dK have head_dim, V, O, dO and dV head_dim_v.
+enum class Width { kHeadDim, kHeadDimV };
+
+// One row per query (q, o, dout, dq) of `heads` heads.
+ExpectedTensor expect_q_like(const char* name, const Problem& p, Width width) {
+  const bool v = width == Width::kHeadDimV;
+  const int64_t dim = v ? p.head_dim_v : p.head_dim;
+  if (p.varlen()) {
+    return {name, 3, {p.total_q(), p.heads, dim}, v ? "(total_q, heads, head_dim_v)" : "(total_q, heads, head_dim)"};
+  }
+  return {name, 4, {p.batch, p.max_seqlen_q, p.heads, dim},
+          v ? "(batch, seqlen_q, heads, head_dim_v)" : "(batch, seqlen_q, heads, head_dim)"};
 }
 
-ExpectedTensor expect_k_like(const char* name, const Problem& p) {
-  if (p.varlen()) return {name, 3, {p.total_k(), p.heads_kv, p.head_dim}, "(total_k, heads_kv, head_dim)"};
-  return {name, 4, {p.batch, p.max_seqlen_k, p.heads_kv, p.head_dim}, "(batch, seqlen_k, heads_kv, head_dim)"};
+// One row per key (k, v, dk, dv) of `heads_kv` heads.
+ExpectedTensor expect_k_like(const char* name, const Problem& p, Width width) {
+  const bool v = width == Width::kHeadDimV;
+  const int64_t dim = v ? p.head_dim_v : p.head_dim;
+  if (p.varlen()) {
+    return {name, 3, {p.total_k(), p.heads_kv, dim},
+            v ? "(total_k, heads_kv, head_dim_v)" : "(total_k, heads_kv, head_dim)"};
+  }
+  return {name, 4, {p.batch, p.max_seqlen_k, p.heads_kv, dim},
+          v ? "(batch, seqlen_k, heads_kv, head_dim_v)" : "(batch, seqlen_k, heads_kv, head_dim)"};
 }
 
 ExpectedTensor expect_lse(const char* name, const Problem& p) {
@@ -402,11 +434,12 @@ Status resolve_cache_queries(const Tensor& q, const CacheQueries& c, Problem* p)
   return Status();
 }
 
-// The keys of a KV cache: contiguous, k and v are (cache_rows, capacity, heads_kv, head_dim);
-// paged, (num_pages, page_size, heads_kv, head_dim) with a page table of (rows, max_pages).
+// The keys of a KV cache: contiguous, k and v are (cache_rows, capacity, heads_kv, head_dim or
+// head_dim_v); paged, (num_pages, page_size, heads_kv, head_dim or head_dim_v) with a page table of
+// (rows, max_pages).
 // Sequence b reads cache row batch_index[b] (default b) from start[b] (default 0) up to
-// lengths[b] (default: the capacity). Sets heads, heads_kv, head_dim, max_seqlen_k, keys and
-// key_cache (queries first).
+// lengths[b] (default: the capacity). Sets heads, heads_kv, head_dim, head_dim_v, max_seqlen_k,
+// keys and key_cache (queries first).
 struct CacheKeys {
   Tensor k;
   const char* k_name = "k_cache";
@@ -422,11 +455,18 @@ struct CacheKeys {
   const char* start_name = "cache_leftpad";
 };
 
+// What the dimensions of a cache's k (head_dim) or v (head_dim_v) are called, for messages.
+const char* cache_dims(bool paged, Width width) {
+  static const char* const kDims[2][2] = {
+      {"(cache_rows, capacity, heads_kv, head_dim)", "(cache_rows, capacity, heads_kv, head_dim_v)"},
+      {"(num_pages, page_size, heads_kv, head_dim)", "(num_pages, page_size, heads_kv, head_dim_v)"}};
+  return kDims[paged][width == Width::kHeadDimV];
+}
+
 Status resolve_cache_keys(const Tensor& q, const CacheKeys& c, Problem* p) {
   const bool paged = c.table.enabled();
   if (c.k.rank != 4) {
-    return invalid(c.k_name, ".rank is ", c.k.rank, " but must be 4: ",
-                   paged ? "(num_pages, page_size, heads_kv, head_dim)" : "(cache_rows, capacity, heads_kv, head_dim)");
+    return invalid(c.k_name, ".rank is ", c.k.rank, " but must be 4: ", cache_dims(paged, Width::kHeadDim));
   }
   for (int d = 0; d < 4; ++d) {
     if (c.k.shape[d] < 0 || c.k.shape[d] > kMaxIndex) {
@@ -437,6 +477,10 @@ Status resolve_cache_keys(const Tensor& q, const CacheKeys& c, Problem* p) {
   if (c.k.shape[3] != p->head_dim) {
     return invalid(c.k_name, ".shape[3] (head_dim) is ", c.k.shape[3], " but must equal q's head_dim = ", p->head_dim);
   }
+  if (c.v.rank != 4) {
+    return invalid(c.v_name, ".rank is ", c.v.rank, " but must be 4: ", cache_dims(paged, Width::kHeadDimV));
+  }
+  if (Status s = resolve_head_dim_v(c.v, c.v_name, p); !s.ok()) return s;
   if (Status s = check_int_array(c.lengths_name, c.lengths, p->batch, c.lengths_required); !s.ok()) return s;
   if (Status s = check_int_array(c.batch_index_name, c.batch_index, p->batch, false); !s.ok()) return s;
   if (Status s = check_int_array(c.start_name, c.start, p->batch, false); !s.ok()) return s;
@@ -496,14 +540,14 @@ Status resolve_cache_keys(const Tensor& q, const CacheKeys& c, Problem* p) {
     if (capacity < 1) return invalid(c.k_name, ".shape[1] (capacity) is 0 but must be at least 1");
     cache.rows = static_cast<int>(c.k.shape[0]);
   }
-  const ExpectedTensor cache_shape{
-      c.k_name, 4, {c.k.shape[0], c.k.shape[1], p->heads_kv, p->head_dim},
-      paged ? "(num_pages, page_size, heads_kv, head_dim)" : "(cache_rows, capacity, heads_kv, head_dim)"};
-  ExpectedTensor v_shape = cache_shape;
-  v_shape.name = c.v_name;
+  // k and v alike but for their last dimension.
+  const ExpectedTensor k_shape{
+      c.k_name, 4, {c.k.shape[0], c.k.shape[1], p->heads_kv, p->head_dim}, cache_dims(paged, Width::kHeadDim)};
+  const ExpectedTensor v_shape{
+      c.v_name, 4, {c.k.shape[0], c.k.shape[1], p->heads_kv, p->head_dim_v}, cache_dims(paged, Width::kHeadDimV)};
   // Also where they are only read: a cache with broadcast (stride 0) rows would be one whose
   // appends land on each other, and the kernels' gather path assumes distinct rows.
-  if (Status s = check_tensor(c.k, cache_shape, p->dtype, true); !s.ok()) return s;
+  if (Status s = check_tensor(c.k, k_shape, p->dtype, true); !s.ok()) return s;
   if (Status s = check_tensor(c.v, v_shape, p->dtype, true); !s.ok()) return s;
   p->max_seqlen_k = static_cast<int>(capacity);
   p->keys = SequenceLayout{nullptr, c.lengths.data, static_cast<int>(capacity), c.k.shape[0] * c.k.shape[1]};
@@ -519,8 +563,8 @@ Status check_cache_call_outputs(const Tensor& q, const Tensor& o, const Tensor& 
                                 ForwardTensors* t) {
   const bool v = p.varlen();
   const TensorCheck checks[] = {
-      {&q, expect_q_like("q", p), p.dtype, false},
-      {&o, expect_q_like("o", p), p.dtype, true},
+      {&q, expect_q_like("q", p, Width::kHeadDim), p.dtype, false},
+      {&o, expect_q_like("o", p, Width::kHeadDimV), p.dtype, true},
   };
   if (Status s = check_all(checks); !s.ok()) return s;
   // The simple path that takes broadcast inputs elsewhere knows no KV cache.
@@ -591,14 +635,14 @@ Status validate_forward(const ForwardArgs& a, Problem* p, ForwardTensors* t) {
                    ") with row_stride ", a.page_table.row_stride,
                    "; set data for paged K/V, or leave the table empty");
   }
-  if (Status s = resolve_problem(a.q, a.k, a.softmax_scale, a.mask, a.varlen, p); !s.ok()) return s;
+  if (Status s = resolve_problem(a.q, a.k, a.v, a.softmax_scale, a.mask, a.varlen, p); !s.ok()) return s;
   if (Status s = resolve_forward_hints(a.num_splits, a.pack_gqa, p); !s.ok()) return s;
   if (Status s = resolve_softcap(a.softcap, p); !s.ok()) return s;
   const TensorCheck checks[] = {
-      {&a.q, expect_q_like("q", *p), p->dtype, false},
-      {&a.k, expect_k_like("k", *p), p->dtype, false},
-      {&a.v, expect_k_like("v", *p), p->dtype, false},
-      {&a.o, expect_q_like("o", *p), p->dtype, true},
+      {&a.q, expect_q_like("q", *p, Width::kHeadDim), p->dtype, false},
+      {&a.k, expect_k_like("k", *p, Width::kHeadDim), p->dtype, false},
+      {&a.v, expect_k_like("v", *p, Width::kHeadDimV), p->dtype, false},
+      {&a.o, expect_q_like("o", *p, Width::kHeadDimV), p->dtype, true},
   };
   if (Status s = check_all(checks); !s.ok()) return s;
   if (a.lse.data != nullptr) {
@@ -612,14 +656,18 @@ Status validate_forward(const ForwardArgs& a, Problem* p, ForwardTensors* t) {
 
 Status validate_backward(const BackwardArgs& a, Problem* p, BackwardTensors* t) {
   *p = Problem{};
-  if (Status s = resolve_problem(a.q, a.k, a.softmax_scale, a.mask, a.varlen, p); !s.ok()) return s;
+  if (Status s = resolve_problem(a.q, a.k, a.v, a.softmax_scale, a.mask, a.varlen, p); !s.ok()) return s;
   if (Status s = resolve_softcap(a.softcap, p); !s.ok()) return s;
   const TensorCheck checks[] = {
-      {&a.q, expect_q_like("q", *p), p->dtype, false},         {&a.k, expect_k_like("k", *p), p->dtype, false},
-      {&a.v, expect_k_like("v", *p), p->dtype, false},         {&a.o, expect_q_like("o", *p), p->dtype, false},
-      {&a.lse, expect_lse("lse", *p), DType::kFloat32, false}, {&a.dout, expect_q_like("dout", *p), p->dtype, false},
-      {&a.dq, expect_q_like("dq", *p), p->dtype, true},        {&a.dk, expect_k_like("dk", *p), p->dtype, true},
-      {&a.dv, expect_k_like("dv", *p), p->dtype, true},
+      {&a.q, expect_q_like("q", *p, Width::kHeadDim), p->dtype, false},
+      {&a.k, expect_k_like("k", *p, Width::kHeadDim), p->dtype, false},
+      {&a.v, expect_k_like("v", *p, Width::kHeadDimV), p->dtype, false},
+      {&a.o, expect_q_like("o", *p, Width::kHeadDimV), p->dtype, false},
+      {&a.lse, expect_lse("lse", *p), DType::kFloat32, false},
+      {&a.dout, expect_q_like("dout", *p, Width::kHeadDimV), p->dtype, false},
+      {&a.dq, expect_q_like("dq", *p, Width::kHeadDim), p->dtype, true},
+      {&a.dk, expect_k_like("dk", *p, Width::kHeadDim), p->dtype, true},
+      {&a.dv, expect_k_like("dv", *p, Width::kHeadDimV), p->dtype, true},
   };
   if (Status s = check_all(checks); !s.ok()) return s;
   const bool v = p->varlen();
@@ -667,6 +715,7 @@ Status validate_kvcache(const KVCacheArgs& a, KVCacheCall* call) {
   ap.heads = p->heads;
   ap.heads_kv = p->heads_kv;
   ap.head_dim = p->head_dim;
+  ap.head_dim_v = p->head_dim_v;
   ap.k_cache = call->tensors.k;
   ap.v_cache = call->tensors.v;
   ap.cache = p->key_cache;
@@ -690,13 +739,17 @@ Status validate_kvcache(const KVCacheArgs& a, KVCacheCall* call) {
       }
       if (Status s = check_size("k_new.shape[1] (seqlen_new)", a.k_new.shape[1]); !s.ok()) return s;
     }
-    const ExpectedTensor want =
+    // k_new and v_new alike but for their last dimension, which is the cache's.
+    const ExpectedTensor want_k =
         varlen_new ? ExpectedTensor{"k_new", 3, {a.k_new.shape[0], p->heads_kv, p->head_dim}, "(total_new, heads_kv, head_dim)"}
                    : ExpectedTensor{"k_new", 4, {p->batch, a.k_new.shape[1], p->heads_kv, p->head_dim},
                                     "(batch, seqlen_new, heads_kv, head_dim)"};
-    ExpectedTensor want_v = want;
-    want_v.name = "v_new";
-    if (Status s = check_tensor(a.k_new, want, p->dtype, false); !s.ok()) return s;
+    const ExpectedTensor want_v =
+        varlen_new ? ExpectedTensor{"v_new", 3, {a.k_new.shape[0], p->heads_kv, p->head_dim_v},
+                                    "(total_new, heads_kv, head_dim_v)"}
+                   : ExpectedTensor{"v_new", 4, {p->batch, a.k_new.shape[1], p->heads_kv, p->head_dim_v},
+                                    "(batch, seqlen_new, heads_kv, head_dim_v)"};
+    if (Status s = check_tensor(a.k_new, want_k, p->dtype, false); !s.ok()) return s;
     if (Status s = check_tensor(a.v_new, want_v, p->dtype, false); !s.ok()) return s;
     ap.k_new = varlen_new ? row_tensor(a.k_new, true) : row_tensor(a.k_new, false);
     ap.v_new = varlen_new ? row_tensor(a.v_new, true) : row_tensor(a.v_new, false);

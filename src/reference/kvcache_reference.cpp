@@ -23,9 +23,10 @@ uint16_t* row(const RowTensor& t, long long batch, long long token, long long he
   return static_cast<uint16_t*>(t.data) + batch * t.batch_stride + token * t.row_stride + head * t.head_stride;
 }
 
-// dst = src with its first rotary_dim entries rotated to `position` (when `rotate`), pair by pair.
-void copy_row(const AppendKVParams& p, const uint16_t* src, uint16_t* dst, long long position, bool rotate) {
-  std::copy(src, src + p.head_dim, dst);
+// dst = the `dim` entries of src with the first rotary_dim of them rotated to `position` (when
+// `rotate`), pair by pair.
+void copy_row(const AppendKVParams& p, const uint16_t* src, uint16_t* dst, int dim, long long position, bool rotate) {
+  std::copy(src, src + dim, dst);
   if (!rotate) return;
   const int half = p.rotary_dim / 2;
   const uint16_t* cos_row = static_cast<const uint16_t*>(p.rotary_cos) + position * p.rotary_row_stride;
@@ -73,8 +74,9 @@ void append_kv(const AppendKVParams& p) {
           token = position % p.cache.page_size;
         }
         for (int h = 0; h < p.heads_kv; ++h) {
-          copy_row(p, row(p.k_new, b, first_new + t, h), row(p.k_cache, batch, token, h), start + t, p.rotary_dim > 0);
-          copy_row(p, row(p.v_new, b, first_new + t, h), row(p.v_cache, batch, token, h), 0, false);
+          copy_row(p, row(p.k_new, b, first_new + t, h), row(p.k_cache, batch, token, h), p.head_dim, start + t,
+                   p.rotary_dim > 0);
+          copy_row(p, row(p.v_new, b, first_new + t, h), row(p.v_cache, batch, token, h), p.head_dim_v, 0, false);
         }
       }
     }
@@ -86,7 +88,7 @@ void append_kv(const AppendKVParams& p) {
         const long long position = start + (p.q_positions_per_row ? i : 0);
         for (int h = 0; h < p.heads; ++h) {
           // A sequence that does not fit keeps q as it is (its rows come out NaN anyway).
-          copy_row(p, row(p.q, b, first_q + i, h), row(p.q_rotated, b, first_q + i, h), position,
+          copy_row(p, row(p.q, b, first_q + i, h), row(p.q_rotated, b, first_q + i, h), p.head_dim, position,
                    fits && p.rotary_dim > 0);
         }
       }

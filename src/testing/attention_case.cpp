@@ -30,6 +30,7 @@ DeviceBuffer upload_ints(const std::vector<int32_t>& values) {
 
 AttentionCase::AttentionCase(const CaseSpec& spec) : spec_(spec) {
   if (spec.row_padding % 8 != 0) throw std::invalid_argument("row_padding must be a multiple of 8");
+  if (spec.head_dim_v < 0) throw std::invalid_argument("head_dim_v must be 0 (head_dim) or a head dim");
   const double scale =
       spec.softmax_scale == kDefaultSoftmaxScale ? 1.0 / std::sqrt(double(spec.head_dim)) : double(spec.softmax_scale);
   const BandMask mask = BandMask::from_args(spec.causal, spec.window_left, spec.window_right);
@@ -51,6 +52,7 @@ AttentionCase::AttentionCase(const CaseSpec& spec) : spec_(spec) {
     host_ = cpu_reference::fixed_length_problem(spec.batch, spec.seqlen_q, spec.seqlen_k, spec.heads, spec.heads_kv,
                                                 spec.head_dim, scale, mask);
   }
+  host_.head_dim_v = spec.value_dim();
   host_.softcap = spec.softcap;
   if (!spec.sinks.empty()) {
     if (spec.sinks.size() != size_t(spec.heads)) throw std::invalid_argument("sinks: one per query head");
@@ -58,49 +60,55 @@ AttentionCase::AttentionCase(const CaseSpec& spec) : spec_(spec) {
     sinks_ = DeviceBuffer(spec.sinks.size() * sizeof(float));
     sinks_.upload(spec.sinks.data(), sinks_.bytes());
   }
-  row_stride_q_ = int64_t{spec.heads} * spec.head_dim + spec.row_padding;
-  row_stride_k_ = int64_t{spec.heads_kv} * spec.head_dim + spec.row_padding;
-
-  const size_t q_elems = size_t(host_.total_q()) * spec.heads * spec.head_dim;
-  const size_t k_elems = size_t(host_.total_k()) * spec.heads_kv * spec.head_dim;
   // One seed per input, derived from the case's seed.
-  q_bits_ = random_normal_bits(spec.dtype, q_elems, 4 * spec.seed + 0);
-  k_bits_ = random_normal_bits(spec.dtype, k_elems, 4 * spec.seed + 1);
-  v_bits_ = random_normal_bits(spec.dtype, k_elems, 4 * spec.seed + 2);
-  dout_bits_ = random_normal_bits(spec.dtype, q_elems, 4 * spec.seed + 3);
+  auto random_rows = [&](Rows layout, uint64_t seed) {
+    return random_normal_bits(spec.dtype, size_t(rows(layout) * row_elements(layout)), seed);
+  };
+  q_bits_ = random_rows(Rows::kQ, 4 * spec.seed + 0);
+  k_bits_ = random_rows(Rows::kK, 4 * spec.seed + 1);
+  v_bits_ = random_rows(Rows::kV, 4 * spec.seed + 2);
+  dout_bits_ = random_rows(Rows::kO, 4 * spec.seed + 3);
 
   // Scatter the packed rows into the (possibly padded) device rows; padding holds poison.
-  auto upload_rows = [&](const std::vector<uint16_t>& bits, Side side) {
-    DeviceBuffer buffer(row_buffer_bytes(side));
-    const int64_t stride = row_stride(side);
-    const int64_t row_elems = int64_t{heads(side)} * spec.head_dim;
+  auto upload_rows = [&](const std::vector<uint16_t>& bits, Rows layout) {
+    DeviceBuffer buffer(row_buffer_bytes(layout));
+    const int64_t stride = row_stride(layout);
+    const int64_t row_elems = row_elements(layout);
     std::vector<uint16_t> staged(buffer.bytes() / sizeof(uint16_t), kPoison16);
-    for (int64_t r = 0; r < rows(side); ++r) {
+    for (int64_t r = 0; r < rows(layout); ++r) {
       std::memcpy(&staged[r * stride], &bits[r * row_elems], row_elems * sizeof(uint16_t));
     }
     if (!staged.empty()) buffer.upload(staged.data(), buffer.bytes());
     return buffer;
   };
-  q_ = upload_rows(q_bits_, Side::kQuery);
-  k_ = upload_rows(k_bits_, Side::kKey);
-  v_ = upload_rows(v_bits_, Side::kKey);
-  dout_ = upload_rows(dout_bits_, Side::kQuery);
+  q_ = upload_rows(q_bits_, Rows::kQ);
+  k_ = upload_rows(k_bits_, Rows::kK);
+  v_ = upload_rows(v_bits_, Rows::kV);
+  dout_ = upload_rows(dout_bits_, Rows::kO);
 }
 
-int64_t AttentionCase::rows(Side side) const { return side == Side::kQuery ? host_.total_q() : host_.total_k(); }
-int AttentionCase::heads(Side side) const { return side == Side::kQuery ? spec_.heads : spec_.heads_kv; }
-int64_t AttentionCase::row_stride(Side side) const { return side == Side::kQuery ? row_stride_q_ : row_stride_k_; }
+int64_t AttentionCase::rows(Rows layout) const {
+  return layout == Rows::kQ || layout == Rows::kO ? host_.total_q() : host_.total_k();
+}
+int AttentionCase::heads(Rows layout) const {
+  return layout == Rows::kQ || layout == Rows::kO ? spec_.heads : spec_.heads_kv;
+}
+int AttentionCase::dim(Rows layout) const {
+  return layout == Rows::kQ || layout == Rows::kK ? spec_.head_dim : spec_.value_dim();
+}
+int64_t AttentionCase::row_elements(Rows layout) const { return int64_t{heads(layout)} * dim(layout); }
+int64_t AttentionCase::row_stride(Rows layout) const { return row_elements(layout) + spec_.row_padding; }
 
-size_t AttentionCase::row_buffer_bytes(Side side) const {
-  return size_t(rows(side) * row_stride(side)) * sizeof(uint16_t);
+size_t AttentionCase::row_buffer_bytes(Rows layout) const {
+  return size_t(rows(layout) * row_stride(layout)) * sizeof(uint16_t);
 }
 
-Tensor AttentionCase::row_tensor(void* data, Side side) const {
-  const int64_t stride = row_stride(side);
-  const int d = spec_.head_dim;
-  if (spec_.varlen()) return make_tensor(data, spec_.dtype, {rows(side), heads(side), d}, {stride, d, 1});
-  const int seqlen = side == Side::kQuery ? spec_.seqlen_q : spec_.seqlen_k;
-  return make_tensor(data, spec_.dtype, {spec_.batch, seqlen, heads(side), d}, {seqlen * stride, stride, d, 1});
+Tensor AttentionCase::row_tensor(void* data, Rows layout) const {
+  const int64_t stride = row_stride(layout);
+  const int d = dim(layout);
+  if (spec_.varlen()) return make_tensor(data, spec_.dtype, {rows(layout), heads(layout), d}, {stride, d, 1});
+  const int seqlen = layout == Rows::kQ || layout == Rows::kO ? spec_.seqlen_q : spec_.seqlen_k;
+  return make_tensor(data, spec_.dtype, {spec_.batch, seqlen, heads(layout), d}, {seqlen * stride, stride, d, 1});
 }
 
 Tensor AttentionCase::lse_tensor(void* data) const {
@@ -126,11 +134,11 @@ Varlen AttentionCase::varlen_args() const {
 
 Outputs AttentionCase::new_outputs() const {
   Outputs out;
-  out.o = DeviceBuffer(row_buffer_bytes(Side::kQuery));
+  out.o = DeviceBuffer(row_buffer_bytes(Rows::kO));
   out.lse = DeviceBuffer(size_t(host_.total_q()) * spec_.heads * sizeof(float));
-  out.dq = DeviceBuffer(row_buffer_bytes(Side::kQuery));
-  out.dk = DeviceBuffer(row_buffer_bytes(Side::kKey));
-  out.dv = DeviceBuffer(row_buffer_bytes(Side::kKey));
+  out.dq = DeviceBuffer(row_buffer_bytes(Rows::kQ));
+  out.dk = DeviceBuffer(row_buffer_bytes(Rows::kK));
+  out.dv = DeviceBuffer(row_buffer_bytes(Rows::kV));
   out.dsinks = DeviceBuffer(size_t(spec_.heads) * sizeof(float));
   for (DeviceBuffer* b : {&out.o, &out.lse, &out.dq, &out.dk, &out.dv, &out.dsinks}) b->fill_bytes(0xFF);
   return out;
@@ -138,10 +146,10 @@ Outputs AttentionCase::new_outputs() const {
 
 ForwardArgs AttentionCase::forward_args(const Outputs& out) const {
   ForwardArgs a;
-  a.q = row_tensor(q_.data(), Side::kQuery);
-  a.k = row_tensor(k_.data(), Side::kKey);
-  a.v = row_tensor(v_.data(), Side::kKey);
-  a.o = row_tensor(out.o.data(), Side::kQuery);
+  a.q = row_tensor(q_.data(), Rows::kQ);
+  a.k = row_tensor(k_.data(), Rows::kK);
+  a.v = row_tensor(v_.data(), Rows::kV);
+  a.o = row_tensor(out.o.data(), Rows::kO);
   a.lse = lse_tensor(out.lse.data());
   a.softmax_scale = spec_.softmax_scale;
   a.mask = Mask{spec_.causal, spec_.window_left, spec_.window_right};
@@ -161,10 +169,10 @@ BackwardArgs AttentionCase::backward_args(const Outputs& forward, const Outputs&
   a.v = f.v;
   a.o = f.o;
   a.lse = f.lse;
-  a.dout = row_tensor(dout_.data(), Side::kQuery);
-  a.dq = row_tensor(grads.dq.data(), Side::kQuery);
-  a.dk = row_tensor(grads.dk.data(), Side::kKey);
-  a.dv = row_tensor(grads.dv.data(), Side::kKey);
+  a.dout = row_tensor(dout_.data(), Rows::kO);
+  a.dq = row_tensor(grads.dq.data(), Rows::kQ);
+  a.dk = row_tensor(grads.dk.data(), Rows::kK);
+  a.dv = row_tensor(grads.dv.data(), Rows::kV);
   a.softmax_scale = f.softmax_scale;
   a.mask = f.mask;
   a.varlen = f.varlen;
@@ -220,17 +228,24 @@ Downloaded AttentionCase::download(const Outputs& out, Field field) const {
     }
     return d;
   }
-  const std::pair<Field, const DeviceBuffer*> buffers[] = {
-      {Field::kO, &out.o}, {Field::kDq, &out.dq}, {Field::kDk, &out.dk}, {Field::kDv, &out.dv}};
-  const DeviceBuffer* buffer = nullptr;
-  for (const auto& [which, candidate] : buffers) {
-    if (which == field) buffer = candidate;
+  struct RowOutput {
+    Field field;
+    const DeviceBuffer* buffer;
+    Rows layout;
+  };
+  const RowOutput outputs[] = {{Field::kO, &out.o, Rows::kO},
+                               {Field::kDq, &out.dq, Rows::kQ},
+                               {Field::kDk, &out.dk, Rows::kK},
+                               {Field::kDv, &out.dv, Rows::kV}};
+  const RowOutput* output = nullptr;
+  for (const RowOutput& candidate : outputs) {
+    if (candidate.field == field) output = &candidate;
   }
-  if (buffer == nullptr) throw std::invalid_argument("download(): not an output field");
-  const Side side = field == Field::kO || field == Field::kDq ? Side::kQuery : Side::kKey;
-  const int64_t n_rows = rows(side);
-  const int64_t stride = row_stride(side);
-  const int64_t row_elems = int64_t{heads(side)} * spec_.head_dim;
+  if (output == nullptr) throw std::invalid_argument("download(): not an output field");
+  const DeviceBuffer* buffer = output->buffer;
+  const int64_t n_rows = rows(output->layout);
+  const int64_t stride = row_stride(output->layout);
+  const int64_t row_elems = row_elements(output->layout);
   std::vector<uint16_t> raw(buffer->bytes() / sizeof(uint16_t));
   if (!raw.empty()) buffer->download(raw.data(), buffer->bytes());
   d.values.resize(size_t(n_rows * row_elems));

@@ -18,7 +18,8 @@ struct CaseSpec {
   int seqlen_k = 128;
   int heads = 4;
   int heads_kv = 4;
-  int head_dim = 64;
+  int head_dim = 64;   // of Q and K (and dQ, dK)
+  int head_dim_v = 0;  // of V, O, dO and dV; 0: head_dim
   bool causal = false;
   int window_left = -1;
   int window_right = -1;
@@ -37,6 +38,7 @@ struct CaseSpec {
   float softcap = 0.0f;      // > 0: scores capped at softcap * tanh(score / softcap)
 
   bool varlen() const { return !varlen_seqlens_q.empty(); }
+  int value_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
 };
 
 // Output buffers, poisoned with NaN bit patterns so that any element a kernel forgets (or writes
@@ -72,19 +74,22 @@ class AttentionCase {
   Downloaded download(const Outputs& out, Field field) const;
 
  private:
-  enum class Side { kQuery, kKey };  // Q/O/dO/dQ rows or K/V/dK/dV rows
-  Tensor row_tensor(void* data, Side side) const;
+  // The row layouts: Q (Q, dQ) and O (O, dO) have one row per query of `heads` heads, K (K, dK)
+  // and V (V, dV) one per key of `heads_kv` heads; Q and K heads hold head_dim entries, O and V
+  // heads head_dim_v. Device rows are row_padding elements longer than that.
+  enum class Rows { kQ, kK, kV, kO };
+  Tensor row_tensor(void* data, Rows layout) const;
   Tensor lse_tensor(void* data) const;
-  int64_t rows(Side side) const;
-  int heads(Side side) const;
-  int64_t row_stride(Side side) const;
-  size_t row_buffer_bytes(Side side) const;
+  int64_t rows(Rows layout) const;
+  int heads(Rows layout) const;
+  int dim(Rows layout) const;
+  int64_t row_elements(Rows layout) const;  // heads * dim: one packed row
+  int64_t row_stride(Rows layout) const;    // one device row
+  size_t row_buffer_bytes(Rows layout) const;
   Varlen varlen_args() const;
 
   CaseSpec spec_;
   cpu_reference::HostProblem host_;
-  int64_t row_stride_q_ = 0;
-  int64_t row_stride_k_ = 0;
   std::vector<uint16_t> q_bits_, k_bits_, v_bits_, dout_bits_;  // packed layout
   DeviceBuffer q_, k_, v_, dout_;
   DeviceBuffer cu_seqlens_q_, cu_seqlens_k_, seqused_q_, seqused_k_, sinks_;

@@ -16,13 +16,15 @@
 namespace hopattn {
 namespace {
 
-constexpr int kHeadDim = 128;
+// Different Q/K and V head dims, so that each array is checked against its own row length.
+constexpr HeadDimPair kKernel{192, 128};
 
 Problem varlen_problem(const std::vector<int32_t>& cu_seqlens, const std::vector<int32_t>* seqused, int heads) {
   Problem p;
   p.batch = static_cast<int>(cu_seqlens.size()) - 1;
   p.heads = p.heads_kv = heads;
-  p.head_dim = kHeadDim;
+  p.head_dim = kKernel.qk;
+  p.head_dim_v = kKernel.v;
   p.queries.cu_seqlens = cu_seqlens.data();
   p.queries.seqused = seqused != nullptr ? seqused->data() : nullptr;
   p.queries.total_tokens = cu_seqlens.back();
@@ -38,7 +40,8 @@ Problem fixed_problem(int batch, int length, int heads) {
   Problem p;
   p.batch = batch;
   p.heads = p.heads_kv = heads;
-  p.head_dim = kHeadDim;
+  p.head_dim = kKernel.qk;
+  p.head_dim_v = kKernel.v;
   p.max_seqlen_q = p.max_seqlen_k = length;
   p.queries.fixed_length = length;
   p.queries.total_tokens = static_cast<long long>(batch) * length;
@@ -49,13 +52,13 @@ Problem fixed_problem(int batch, int length, int heads) {
 // Walks every query block of `block_m` rows of every sequence and head as the kernels do.
 void check_blocks(const Problem& p, int block_m) {
   SCOPED_TRACE("block_m " + std::to_string(block_m) + ", batch " + std::to_string(p.batch));
-  const size_t bytes = BackwardWorkspace::bytes_for(p, kHeadDim);
+  const size_t bytes = BackwardWorkspace::bytes_for(p, kKernel);
   // carve() only does address arithmetic: a made-up aligned base is enough to check the bounds.
   const uintptr_t base = uintptr_t{1} << 30;
-  const BackwardWorkspace w = BackwardWorkspace::carve(reinterpret_cast<void*>(base), p, kHeadDim);
+  const BackwardWorkspace w = BackwardWorkspace::carve(reinterpret_cast<void*>(base), p, kKernel);
   const long long rows = static_cast<long long>(p.heads) * w.padded_rows;
   const uintptr_t end = base + bytes;
-  EXPECT_LE(reinterpret_cast<uintptr_t>(w.dq_accum + rows * kHeadDim), end);
+  EXPECT_LE(reinterpret_cast<uintptr_t>(w.dq_accum + rows * kKernel.qk), end);
   EXPECT_LE(reinterpret_cast<uintptr_t>(w.semaphores + rows / BackwardWorkspace::kSemaphoreRows), end);
   EXPECT_LE(reinterpret_cast<uintptr_t>(w.dpsum + rows), reinterpret_cast<uintptr_t>(w.dq_accum));
 
@@ -111,17 +114,17 @@ TEST(BackwardWorkspace, FixedLengthBlocksStayInsideTheirSequence) {
 void check_key_blocks(const Problem& p, int block_n) {
   SCOPED_TRACE("block_n " + std::to_string(block_n) + ", batch " + std::to_string(p.batch));
   const uintptr_t base = uintptr_t{1} << 30;
-  const BackwardWorkspace w = BackwardWorkspace::carve(reinterpret_cast<void*>(base), p, kHeadDim);
+  const BackwardWorkspace w = BackwardWorkspace::carve(reinterpret_cast<void*>(base), p, kKernel);
   ASSERT_GT(w.padded_key_rows, 0);
-  const uintptr_t end = base + BackwardWorkspace::bytes_for(p, kHeadDim);
+  const uintptr_t end = base + BackwardWorkspace::bytes_for(p, kKernel);
   const long long key_rows = static_cast<long long>(p.heads_kv) * w.padded_key_rows;
   const uintptr_t clear_begin = reinterpret_cast<uintptr_t>(w.dk_accum);
   const uintptr_t clear_end = clear_begin + w.kv_clear_bytes(p.heads_kv);
   EXPECT_LE(clear_end, end);
   EXPECT_GE(clear_begin, reinterpret_cast<uintptr_t>(w.semaphores + static_cast<long long>(p.heads) * w.padded_rows /
                                                                      BackwardWorkspace::kSemaphoreRows));
-  EXPECT_LE(reinterpret_cast<uintptr_t>(w.dk_accum + key_rows * kHeadDim), reinterpret_cast<uintptr_t>(w.dv_accum));
-  EXPECT_LE(reinterpret_cast<uintptr_t>(w.dv_accum + key_rows * kHeadDim), reinterpret_cast<uintptr_t>(w.kv_semaphores));
+  EXPECT_LE(reinterpret_cast<uintptr_t>(w.dk_accum + key_rows * kKernel.qk), reinterpret_cast<uintptr_t>(w.dv_accum));
+  EXPECT_LE(reinterpret_cast<uintptr_t>(w.dv_accum + key_rows * kKernel.v), reinterpret_cast<uintptr_t>(w.kv_semaphores));
   std::set<long long> rows_taken;
   std::set<const int32_t*> semaphores_taken;
   for (int head_kv : std::set<int>{0, p.heads_kv - 1}) {
@@ -164,10 +167,10 @@ TEST(BackwardWorkspace, GqaKeyBlocksStayInsideTheirSequence) {
 
 TEST(BackwardWorkspace, NoKeySumsWithoutGqa) {
   const Problem p = fixed_problem(2, 300, 4);
-  const BackwardWorkspace w = BackwardWorkspace::carve(reinterpret_cast<void*>(uintptr_t{1} << 30), p, kHeadDim);
+  const BackwardWorkspace w = BackwardWorkspace::carve(reinterpret_cast<void*>(uintptr_t{1} << 30), p, kKernel);
   EXPECT_EQ(w.padded_key_rows, 0);
   EXPECT_EQ(w.dk_accum, nullptr);
-  EXPECT_EQ(BackwardWorkspace::kv_bytes_for(p, kHeadDim), 0u);
+  EXPECT_EQ(BackwardWorkspace::kv_bytes_for(p, kKernel), 0u);
 }
 
 // The default mode's grid at 2k (d128: 32 query blocks of 64 rows).

@@ -1,11 +1,13 @@
 // The float64 reference against first principles: hand-computed values, mask patterns read off
-// through one-hot values, GQA head mapping, varlen equal to separate runs, seqused, and gradients
-// against central finite differences.
+// through one-hot values, GQA head mapping, varlen equal to separate runs, seqused, a value head dim
+// against zero padding to equal dims, and gradients against central finite differences.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "reference/cpu_reference.hpp"
@@ -288,6 +290,57 @@ TEST(CpuReference, SoftcapSinksAndValueDimReduceToPlainAttention) {
   // A row that sees keys: LSE grows by exactly the sink's term.
   const size_t last = 1 * 9 + 8;  // head 1, query 8
   EXPECT_NEAR(std::exp(r.lse[last]), std::exp(plain.lse[last]) + std::exp(-2.0), 1e-12);
+}
+
+// Each row of x (dim entries) followed by zeros up to padded_dim entries.
+std::vector<double> zero_padded(const std::vector<double>& x, int dim, int padded_dim) {
+  std::vector<double> padded;
+  for (size_t at = 0; at < x.size(); at += dim) {
+    padded.insert(padded.end(), x.begin() + at, x.begin() + at + dim);
+    padded.insert(padded.end(), padded_dim - dim, 0.0);
+  }
+  return padded;
+}
+
+// The first dim entries of each row of x (padded_dim entries).
+std::vector<double> leading(const std::vector<double>& x, int padded_dim, int dim) {
+  std::vector<double> lead;
+  for (size_t at = 0; at < x.size(); at += padded_dim) lead.insert(lead.end(), x.begin() + at, x.begin() + at + dim);
+  return lead;
+}
+
+void expect_equal(const std::vector<double>& got, const std::vector<double>& want, const char* name) {
+  ASSERT_EQ(got.size(), want.size()) << name;
+  for (size_t e = 0; e < got.size(); ++e) EXPECT_DOUBLE_EQ(got[e], want[e]) << name << "[" << e << "]";
+}
+
+// A value dim of its own against plain attention with equal dims: zero columns change no score and
+// no output, so padding the narrower of Q/K and V (and dO with V) with zeros to the wider one's dim
+// must give the same O and LSE, and gradients whose leading columns are the unpadded ones.
+TEST(CpuReference, ValueDimMatchesZeroPaddingToEqualDims) {
+  for (const auto& [qk_dim, v_dim] : {std::pair{16, 8}, std::pair{8, 16}}) {
+    SCOPED_TRACE(::testing::Message() << "head_dim " << qk_dim << ", head_dim_v " << v_dim);
+    HostProblem p = fixed_length_problem(2, 5, 7, 4, 2, qk_dim, 0.3, BandMask::from_args(true, 3, -1));
+    p.head_dim_v = v_dim;
+    const int wide = std::max(qk_dim, v_dim);
+    HostProblem padded = p;  // the same explicit softmax_scale
+    padded.head_dim = padded.head_dim_v = wide;
+    const auto q = random_values(q_size(p), 60), k = random_values(k_size(p), 61);
+    const auto v = random_values(size_t(p.total_k() * p.heads_kv * v_dim), 62);
+    const auto dout = random_values(size_t(p.total_q() * p.heads * v_dim), 63);
+    const auto q_wide = zero_padded(q, qk_dim, wide), k_wide = zero_padded(k, qk_dim, wide);
+    const auto v_wide = zero_padded(v, v_dim, wide), dout_wide = zero_padded(dout, v_dim, wide);
+
+    const ForwardResult r = forward(p, q, k, v);
+    const ForwardResult r_wide = forward(padded, q_wide, k_wide, v_wide);
+    expect_equal(r.o, leading(r_wide.o, wide, v_dim), "o");
+    expect_equal(r.lse, r_wide.lse, "lse");
+    const BackwardResult g = backward(p, q, k, v, dout);
+    const BackwardResult g_wide = backward(padded, q_wide, k_wide, v_wide, dout_wide);
+    expect_equal(g.dq, leading(g_wide.dq, wide, qk_dim), "dq");
+    expect_equal(g.dk, leading(g_wide.dk, wide, qk_dim), "dk");
+    expect_equal(g.dv, leading(g_wide.dv, wide, v_dim), "dv");
+  }
 }
 
 // Softcap values against the formula for one pair: S = c * tanh(scale * q.k / c).

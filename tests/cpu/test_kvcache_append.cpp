@@ -46,7 +46,7 @@ struct FitsCase {
     AppendKVParams p;
     p.batch = static_cast<int>(cache_seqlens.size());
     p.heads = p.heads_kv = 1;
-    p.head_dim = 8;
+    p.head_dim = p.head_dim_v = 8;
     if (has_new) p.k_new.data = p.v_new.data = fake();
     p.cu_seqlens_new = cu_seqlens_new.empty() ? nullptr : cu_seqlens_new.data();
     p.seqlen_new = seqlen_new;
@@ -276,7 +276,7 @@ struct Tiny {
     key_end = {-1};
     p.dtype = dtype;
     p.batch = p.heads = p.heads_kv = 1;
-    p.head_dim = kDim;
+    p.head_dim = p.head_dim_v = kDim;
     p.k_new = RowTensor{k_new.data(), 0, kDim, kDim};
     p.v_new = RowTensor{v_new.data(), 0, kDim, kDim};
     p.seqlen_new = static_cast<int>(new_keys.size());
@@ -351,6 +351,26 @@ TEST(KVCacheReference, NeoXRotatesPairsAcrossTheHalvesOfTheRotaryPart) {
               bits(dtype, {-1, -2, -3, -4, -5, -6, -7, -8}));  // values are not rotated
     EXPECT_EQ(t.key_end, std::vector<int32_t>{2});
   }
+}
+
+// Values with a head dim of their own (16 next to the keys' 8): whole V rows copied, K rows rotated.
+TEST(KVCacheReference, ValuesCopyRowsOfTheirOwnHeadDim) {
+  constexpr int kDimV = 16;
+  Tiny t(DType::kBFloat16, 3, 1, {kKey});
+  std::vector<float> value(kDimV);
+  for (int d = 0; d < kDimV; ++d) value[d] = float(d + 1);
+  t.v_new = bits(DType::kBFloat16, value);
+  t.v_cache.assign(3 * kDimV, kUntouched);
+  t.p.head_dim_v = kDimV;
+  t.p.v_new = RowTensor{t.v_new.data(), 0, kDimV, kDimV};
+  t.p.v_cache = RowTensor{t.v_cache.data(), 3 * kDimV, kDimV, kDimV};
+  t.rotary(4, /*interleaved=*/false, kCos, kSin);
+  cpu_reference::append_kv(t.p);
+  std::vector<uint16_t> expected(3 * kDimV, kUntouched);
+  std::copy(t.v_new.begin(), t.v_new.end(), expected.begin() + kDimV);  // position 1, not rotated
+  EXPECT_EQ(t.v_cache, expected);
+  EXPECT_EQ(t.k_cache_row(1), bits(DType::kBFloat16, {-0.25f, 4, 1.75f, 3, 5, 6, 7, 8}));
+  EXPECT_EQ(t.key_end, std::vector<int32_t>{2});
 }
 
 TEST(KVCacheReference, GptJRotatesNeighbouringPairs) {

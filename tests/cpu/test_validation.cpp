@@ -274,6 +274,117 @@ TEST(Validation, HeadDim) {
   expect_forward_invalid([](ForwardArgs& a) { a.k.shape[3] = a.v.shape[3] = 64; }, "k.shape[3] is 64 but must be 128");
 }
 
+// V has a head dim of its own (DeepSeek-style 192 for Q/K, 128 for V): V, O, dO and dV carry it,
+// Q, K, dQ and dK keep head_dim, and the default scale stays 1/sqrt(head_dim).
+constexpr int kDimV = 64;
+
+ForwardArgs forward_with_dim_v(int dim_v) {
+  ForwardArgs a = valid_forward();
+  a.v = make_tensor(fake(3), DType::kBFloat16, {kBatch, kSeqK, kHeadsKv, dim_v});
+  a.o = make_tensor(fake(4), DType::kBFloat16, {kBatch, kSeqQ, kHeads, dim_v});
+  return a;
+}
+
+BackwardArgs backward_with_dim_v(int dim_v) {
+  const ForwardArgs f = forward_with_dim_v(dim_v);
+  BackwardArgs a = valid_backward();
+  a.v = f.v;
+  a.o = f.o;
+  a.dout = make_tensor(fake(6), DType::kBFloat16, {kBatch, kSeqQ, kHeads, dim_v});
+  a.dv = make_tensor(fake(9), DType::kBFloat16, {kBatch, kSeqK, kHeadsKv, dim_v});
+  return a;
+}
+
+TEST(Validation, HeadDimVIsVsLastDimension) {
+  Problem p;
+  ForwardTensors t;
+  ASSERT_TRUE(validate_forward(valid_forward(), &p, &t).ok());
+  EXPECT_EQ(p.head_dim_v, kDim);            // set also where it equals head_dim
+  for (int dim_v : {8, kDimV, 192, 256}) {  // narrower and wider than head_dim
+    ASSERT_TRUE(validate_forward(forward_with_dim_v(dim_v), &p, &t).ok())
+        << validate_forward(forward_with_dim_v(dim_v), &p, &t).message();
+    EXPECT_EQ(p.head_dim, kDim);
+    EXPECT_EQ(p.head_dim_v, dim_v);
+    EXPECT_FLOAT_EQ(p.softmax_scale, 1.0f / std::sqrt(float(kDim)));
+    EXPECT_EQ(t.v.row_stride, kHeadsKv * dim_v);
+    EXPECT_EQ(t.o.row_stride, kHeads * dim_v);
+    BackwardTensors bt;
+    ASSERT_TRUE(validate_backward(backward_with_dim_v(dim_v), &p, &bt).ok())
+        << validate_backward(backward_with_dim_v(dim_v), &p, &bt).message();
+    EXPECT_EQ(p.head_dim_v, dim_v);
+    EXPECT_EQ(bt.dout.row_stride, kHeads * dim_v);
+    EXPECT_EQ(bt.dv.row_stride, kHeadsKv * dim_v);
+  }
+  ForwardArgs varlen = valid_varlen_forward();
+  varlen.v = make_tensor(fake(3), DType::kFloat16, {150, kHeadsKv, kDimV});
+  varlen.o = make_tensor(fake(4), DType::kFloat16, {100, kHeads, kDimV});
+  ASSERT_TRUE(validate_forward(varlen, &p, &t).ok()) << validate_forward(varlen, &p, &t).message();
+  EXPECT_EQ(p.head_dim_v, kDimV);
+}
+
+TEST(Validation, HeadDimVFollowsTheHeadDimRule) {
+  auto with_dim_v = [](int dim_v) { return [dim_v](ForwardArgs& a) { a = forward_with_dim_v(dim_v); }; };
+  expect_forward_invalid(with_dim_v(100), "v.shape[3] (head_dim_v) is 100 but must be a multiple of 8 in [8, 256]");
+  expect_forward_invalid(with_dim_v(264), "v.shape[3] (head_dim_v) is 264 but must be a multiple of 8 in [8, 256]");
+  expect_forward_invalid(with_dim_v(0), "v.shape[3] (head_dim_v) is 0 but must be");
+  expect_forward_invalid([](ForwardArgs& a) { a.v.shape[3] = -8; }, "v.shape[3] (head_dim_v) is -8 but must be");
+  expect_backward_invalid([](BackwardArgs& a) { a = backward_with_dim_v(12); }, "v.shape[3] (head_dim_v) is 12");
+  expect_forward_invalid(
+      [](ForwardArgs& a) {
+        a.v = make_tensor(fake(3), DType::kFloat16, {150, kHeadsKv, 20});
+      },
+      "v.shape[2] (head_dim_v) is 20 but must be a multiple of 8", valid_varlen_forward);
+  // q's head_dim is checked first; v's rank names head_dim_v.
+  expect_forward_invalid(
+      [](ForwardArgs& a) {
+        a = forward_with_dim_v(100);
+        a.q.shape[3] = 12;
+      },
+      "head_dim (q.shape[3]) is 12");
+  expect_forward_invalid([](ForwardArgs& a) { a.v.rank = 3; },
+                         "v.rank is 3 but must be 4: (batch, seqlen_k, heads_kv, head_dim_v)");
+}
+
+TEST(Validation, OutputsAndGradientsTakeTheirHeadDim) {
+  // O, dO and dV have V's head dim, dQ and dK Q/K's: each mismatch names the tensor and the dims.
+  expect_forward_invalid(
+      [](ForwardArgs& a) {
+        a = forward_with_dim_v(kDimV);
+        a.o = valid_forward().o;
+      },
+      "o.shape[3] is 128 but must be 64: expected (batch, seqlen_q, heads, head_dim_v) = (2, 64, 8, 64)");
+  expect_forward_invalid([](ForwardArgs& a) { a.o = forward_with_dim_v(kDimV).o; }, "o.shape[3] is 64 but must be 128");
+  expect_backward_invalid(
+      [](BackwardArgs& a) {
+        a = backward_with_dim_v(kDimV);
+        a.dout = valid_backward().dout;
+      },
+      "dout.shape[3] is 128 but must be 64: expected (batch, seqlen_q, heads, head_dim_v)");
+  expect_backward_invalid(
+      [](BackwardArgs& a) {
+        a = backward_with_dim_v(kDimV);
+        a.dv = valid_backward().dv;
+      },
+      "dv.shape[3] is 128 but must be 64: expected (batch, seqlen_k, heads_kv, head_dim_v)");
+  expect_backward_invalid(
+      [](BackwardArgs& a) {
+        a = backward_with_dim_v(kDimV);
+        a.dq = make_tensor(fake(7), DType::kBFloat16, {kBatch, kSeqQ, kHeads, kDimV});
+      },
+      "dq.shape[3] is 64 but must be 128: expected (batch, seqlen_q, heads, head_dim)");
+  expect_backward_invalid(
+      [](BackwardArgs& a) {
+        a = backward_with_dim_v(kDimV);
+        a.dk = make_tensor(fake(8), DType::kBFloat16, {kBatch, kSeqK, kHeadsKv, kDimV});
+      },
+      "dk.shape[3] is 64 but must be 128: expected (batch, seqlen_k, heads_kv, head_dim)");
+  expect_forward_invalid(
+      [](ForwardArgs& a) {
+        a.v = make_tensor(fake(3), DType::kFloat16, {150, kHeadsKv, kDimV});
+      },
+      "o.shape[2] is 128 but must be 64: expected (total_q, heads, head_dim_v)", valid_varlen_forward);
+}
+
 TEST(Validation, Heads) {
   expect_forward_invalid([](ForwardArgs& a) { a.k.shape[2] = a.v.shape[2] = 3; },
                          "heads (8) must be a multiple of heads_kv (3)");

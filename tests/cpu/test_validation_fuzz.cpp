@@ -84,23 +84,27 @@ class Fuzzer {
     const int64_t heads_kv = coin(0.05) ? extreme_size() : pick<int64_t>({1, 2, 4});
     const int64_t heads = coin(0.05) ? extreme_size() : wrap_mul(heads_kv, pick<int64_t>({1, 2, 4}));
     const int64_t head_dim = coin(0.05) ? extreme_size() : pick<int64_t>({8, 64, 128, 256});
+    // V's own head dim (V, O, dO, dV): mostly head_dim, else any other, sometimes an extreme one.
+    const int64_t head_dim_v = coin(0.6)    ? head_dim
+                               : coin(0.05) ? extreme_size()
+                                            : pick<int64_t>({8, 64, 128, 192, 256});
     const int64_t batch = coin(0.05) ? extreme_size() : uniform(0, 4);
     const int64_t seq_q = coin(0.05) ? extreme_size() : uniform(0, 300);
     const int64_t seq_k = coin(0.05) ? extreme_size() : uniform(0, 300);
     const DType dtype = coin(0.5) ? DType::kFloat16 : DType::kBFloat16;
-    auto dims = [&](int64_t seq, int64_t h) {
-      return varlen ? std::vector<int64_t>{seq, h, head_dim} : std::vector<int64_t>{batch, seq, h, head_dim};
+    auto dims = [&](int64_t seq, int64_t h, int64_t dim) {
+      return varlen ? std::vector<int64_t>{seq, h, dim} : std::vector<int64_t>{batch, seq, h, dim};
     };
     const int64_t total_q = varlen ? (coin(0.05) ? extreme_size() : uniform(0, 1000)) : seq_q;
     const int64_t total_k = varlen ? (coin(0.05) ? extreme_size() : uniform(0, 1000)) : seq_k;
-    a.q = tensor(kQ, dtype, dims(total_q, heads));
-    a.k = tensor(kK, dtype, dims(total_k, heads_kv));
-    a.v = tensor(kV, dtype, dims(total_k, heads_kv));
-    a.o = tensor(kO, dtype, dims(total_q, heads));
-    a.dout = tensor(kDout, dtype, dims(total_q, heads));
-    a.dq = tensor(kDq, dtype, dims(total_q, heads));
-    a.dk = tensor(kDk, dtype, dims(total_k, heads_kv));
-    a.dv = tensor(kDv, dtype, dims(total_k, heads_kv));
+    a.q = tensor(kQ, dtype, dims(total_q, heads, head_dim));
+    a.k = tensor(kK, dtype, dims(total_k, heads_kv, head_dim));
+    a.v = tensor(kV, dtype, dims(total_k, heads_kv, head_dim_v));
+    a.o = tensor(kO, dtype, dims(total_q, heads, head_dim_v));
+    a.dout = tensor(kDout, dtype, dims(total_q, heads, head_dim_v));
+    a.dq = tensor(kDq, dtype, dims(total_q, heads, head_dim));
+    a.dk = tensor(kDk, dtype, dims(total_k, heads_kv, head_dim));
+    a.dv = tensor(kDv, dtype, dims(total_k, heads_kv, head_dim_v));
     a.lse = tensor(kLse, DType::kFloat32,
                    varlen ? std::vector<int64_t>{heads, total_q} : std::vector<int64_t>{batch, heads, seq_q});
     if (varlen) {
@@ -314,20 +318,28 @@ std::string broken_rule(const char* name, const Tensor& t, DType dtype) {
   return "";
 }
 
+// A row tensor that obeys the tensor rules (its rank is real) and ends in `width`: head_dim for q,
+// k, dq and dk, head_dim_v for v, o, dout and dv.
+std::string broken_rule(const char* name, const Tensor& t, DType dtype, int64_t width) {
+  if (std::string broken = broken_rule(name, t, dtype); !broken.empty()) return broken;
+  if (t.shape[t.rank - 1] != width) return std::string(name) + " does not end in its head dim";
+  return "";
+}
+
+bool supported_head_dim(int64_t d) { return d % 8 == 0 && d >= 8 && d <= 256; }
+
 std::string broken_rule(const ForwardArgs& a, const Problem& p) {
-  if (p.head_dim % 8 != 0 || p.head_dim < 8 || p.head_dim > 256) return "head_dim outside the supported set";
+  if (!supported_head_dim(p.head_dim)) return "head_dim outside the supported set";
+  if (!supported_head_dim(p.head_dim_v)) return "head_dim_v outside the supported set";
   if (p.heads_kv < 1 || p.heads % p.heads_kv != 0) return "heads not a multiple of heads_kv";
   if (!std::isfinite(p.softmax_scale) || p.softmax_scale == 0.0f) return "softmax_scale not resolved to finite";
   if (p.mask.left < -1 || p.mask.right < -1) return "window below -1";
-  const std::pair<const char*, const Tensor*> tensors[] = {
-      {"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"o", &a.o}, {"lse", a.lse.data ? &a.lse : nullptr}};
-  for (const auto& [name, t] : tensors) {
-    if (t == nullptr) continue;
-    if (std::string broken = broken_rule(name, *t, t == &a.lse ? DType::kFloat32 : p.dtype); !broken.empty()) {
-      return broken;
-    }
+  const std::pair<const char*, const Tensor*> rows[] = {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"o", &a.o}};
+  for (const auto& [name, t] : rows) {
+    const int64_t width = t == &a.q || t == &a.k ? p.head_dim : p.head_dim_v;
+    if (std::string broken = broken_rule(name, *t, p.dtype, width); !broken.empty()) return broken;
   }
-  return "";
+  return a.lse.data ? broken_rule("lse", a.lse, DType::kFloat32) : "";
 }
 
 // Counts outcomes, and which rules were hit, so the test can insist the generator reaches them.
@@ -338,7 +350,8 @@ struct Tally {
       {"a TMA limit", 0},    {"overflows int64", 0}, {"overlaps itself", 0},
       {"is null", 0},        {"aligned", 0},         {"must not be negative", 0},
       {"must be finite", 0}, {"varlen.", 0},         {"mask.", 0},
-      {".rank is", 0},       {".dtype is", 0},       {"multiple of 8 elements", 0}};
+      {".rank is", 0},       {".dtype is", 0},       {"multiple of 8 elements", 0},
+      {"(head_dim_v) is", 0}};
 
   void count(const Status& s) {
     if (s.ok()) {
@@ -418,10 +431,12 @@ TEST_F(ValidationFuzz, BackwardAndWorkspaceSizeReturnOkOrAnInvalidArgumentMessag
     ASSERT_EQ(w.message(), s.message()) << "iteration " << i;
     if (!s.ok()) continue;
     std::string broken = broken_rule(Fuzzer::forward_of(a), p);
+    if (broken.empty()) broken = broken_rule("lse", a.lse, DType::kFloat32);  // required in the backward
     const std::pair<const char*, const Tensor*> grads[] = {
-        {"lse", &a.lse}, {"dout", &a.dout}, {"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}};
+        {"dout", &a.dout}, {"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}};
     for (const auto& [name, g] : grads) {
-      if (broken.empty()) broken = broken_rule(name, *g, g == &a.lse ? DType::kFloat32 : p.dtype);
+      const int64_t width = g == &a.dq || g == &a.dk ? p.head_dim : p.head_dim_v;
+      if (broken.empty()) broken = broken_rule(name, *g, p.dtype, width);
     }
     ASSERT_TRUE(broken.empty()) << "iteration " << i << ": accepted although " << broken << "\n" << describe(a);
     ASSERT_EQ(t.dk.data, a.dk.data);

@@ -254,6 +254,83 @@ TEST(KVCacheValidation, NewKeysAndValues) {
                          "k_new.dtype is float16 but must be bfloat16", valid_append);
 }
 
+// A value head dim of its own: v_cache, v_new (and a paged forward's v) and o carry it, q, k_cache
+// and k_new keep head_dim, which alone bounds rotary_dim.
+constexpr int kDimV = 64;
+
+KVCacheArgs with_dim_v(KVCacheArgs a) {
+  a.v_cache = make_tensor(a.v_cache.data, DType::kBFloat16,
+                          {a.v_cache.shape[0], a.v_cache.shape[1], a.v_cache.shape[2], kDimV});
+  a.o = make_tensor(a.o.data, DType::kBFloat16, {kBatch, kSeqQ, kHeads, kDimV});
+  if (a.v_new.data != nullptr) {
+    a.v_new = make_tensor(a.v_new.data, DType::kBFloat16, {kBatch, kSeqNew, kHeadsKv, kDimV});
+  }
+  return a;
+}
+
+TEST(KVCacheValidation, HeadDimVIsTheValueCachesLastDimension) {
+  KVCacheCall call;
+  ASSERT_TRUE(validate_kvcache(valid_append(), &call).ok());
+  EXPECT_EQ(call.problem.head_dim_v, kDim);  // set also where it equals head_dim
+  EXPECT_EQ(call.append.head_dim_v, kDim);
+  for (KVCacheArgs (*make)() : {valid_kvcache, valid_paged_kvcache, valid_append}) {
+    const KVCacheArgs a = with_dim_v(make());
+    ASSERT_TRUE(validate_kvcache(a, &call).ok()) << validate_kvcache(a, &call).message();
+    EXPECT_EQ(call.problem.head_dim, kDim);
+    EXPECT_EQ(call.problem.head_dim_v, kDimV);
+    EXPECT_EQ(call.append.head_dim, kDim);
+    EXPECT_EQ(call.append.head_dim_v, kDimV);
+    EXPECT_FLOAT_EQ(call.problem.softmax_scale, 1.0f / std::sqrt(float(kDim)));
+  }
+  // rotary_dim may exceed head_dim_v: only q and k are rotated.
+  KVCacheArgs rotary = with_dim_v(valid_append());
+  rotary.rotary.cos = make_tensor(fake(10), DType::kBFloat16, {kMaxPosition, kDim / 2});
+  rotary.rotary.sin = make_tensor(fake(11), DType::kBFloat16, {kMaxPosition, kDim / 2});
+  ASSERT_TRUE(validate_kvcache(rotary, &call).ok()) << validate_kvcache(rotary, &call).message();
+  EXPECT_EQ(call.append.rotary_dim, kDim);
+
+  ForwardArgs paged = valid_paged_forward();
+  paged.v = make_tensor(fake(3), DType::kBFloat16, {kNumPages, kPageSize, kHeadsKv, kDimV});
+  paged.o = make_tensor(fake(4), DType::kBFloat16, {100, kHeads, kDimV});
+  Problem p;
+  ForwardTensors t;
+  ASSERT_TRUE(validate_forward(paged, &p, &t).ok()) << validate_forward(paged, &p, &t).message();
+  EXPECT_EQ(p.head_dim_v, kDimV);
+}
+
+TEST(KVCacheValidation, HeadDimVRulesAndShapes) {
+  expect_kvcache_invalid(
+      [](KVCacheArgs& a) {
+        a.v_cache = make_tensor(fake(3), DType::kBFloat16, {kBatch, kCapacity, kHeadsKv, 100});
+      },
+      "v_cache.shape[3] (head_dim_v) is 100 but must be a multiple of 8 in [8, 256]");
+  expect_kvcache_invalid([](KVCacheArgs& a) { a.v_cache.rank = 3; },
+                         "v_cache.rank is 3 but must be 4: (num_pages, page_size, heads_kv, head_dim_v)",
+                         valid_paged_kvcache);
+  expect_kvcache_invalid([](KVCacheArgs& a) { a.o = valid_kvcache().o; },
+                         "o.shape[3] is 128 but must be 64: expected (batch, seqlen_q, heads, head_dim_v)",
+                         [] { return with_dim_v(valid_kvcache()); });
+  expect_kvcache_invalid([](KVCacheArgs& a) { a.v_new = valid_append().v_new; },
+                         "v_new.shape[3] is 128 but must be 64: expected (batch, seqlen_new, heads_kv, head_dim_v)",
+                         [] { return with_dim_v(valid_append()); });
+  expect_kvcache_invalid(
+      [](KVCacheArgs& a) {
+        a.cu_seqlens_new = fake_ints(15, kBatch + 1);
+        a.k_new = make_tensor(fake(8), DType::kBFloat16, {7, kHeadsKv, kDim});
+        a.v_new = make_tensor(fake(9), DType::kBFloat16, {7, kHeadsKv, kDim});
+      },
+      "v_new.shape[2] is 128 but must be 64: expected (total_new, heads_kv, head_dim_v)",
+      [] { return with_dim_v(valid_append()); });
+  // The key side keeps head_dim whatever V has.
+  expect_kvcache_invalid([](KVCacheArgs& a) { a.k_new = with_dim_v(valid_append()).v_new; },
+                         "k_new.shape[3] is 64 but must be 128", [] { return with_dim_v(valid_append()); });
+  expect_paged_forward_invalid(
+      [](ForwardArgs& a) {
+        a.v = make_tensor(fake(3), DType::kBFloat16, {kNumPages, kPageSize, kHeadsKv, kDimV});
+      },
+      "o.shape[2] is 128 but must be 64: expected (total_q, heads, head_dim_v)");
+}
+
 TEST(KVCacheValidation, Rotary) {
   expect_kvcache_invalid(
       [](KVCacheArgs& a) {

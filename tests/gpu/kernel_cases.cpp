@@ -221,6 +221,64 @@ std::vector<NamedCase> special_cases() {
   s.softcap = 30.f;
   s.sinks = sinks_for(s.heads);
   add("softcap30_varlen_local_sinks", s);
+
+  // V with a head dim of its own (head_dim_v): the (192, 128) kernel, pairs that run zero-padded on
+  // a larger kernel (V narrower or wider than Q/K), masks, GQA with head slices, varlen, sinks.
+  struct DimsChoice {
+    int qk, v;
+  };
+  const DimsChoice pairs[] = {{192, 128}, {128, 64}, {256, 128}, {72, 40}, {160, 96}, {64, 128}};
+  i = 0;
+  for (const DimsChoice& dims : pairs) {
+    for (bool causal : {false, true}) {
+      s = CaseSpec{};
+      s.head_dim = dims.qk;
+      s.head_dim_v = dims.v;
+      s.heads = 4;
+      s.heads_kv = i % 3 == 0 ? 4 : i % 3 == 1 ? 2 : 1;
+      s.seqlen_q = causal ? 700 : 530;
+      s.seqlen_k = 530;
+      s.causal = causal;
+      s.window_left = i % 4 == 3 ? 64 : -1;
+      ++i;
+      add("hdimv_" + std::to_string(dims.qk) + "x" + std::to_string(dims.v) + (causal ? "_causal" : "") +
+              (s.window_left >= 0 ? "_local" : "") + "_kv" + std::to_string(s.heads_kv),
+          s);
+    }
+  }
+  s = CaseSpec{};
+  s.head_dim = 192;
+  s.head_dim_v = 128;
+  s.batch = 1;
+  s.heads = s.heads_kv = 2;
+  s.seqlen_q = s.seqlen_k = 4224;
+  add("hdimv_192x128_long_4224", s);
+  s.causal = true;
+  add("hdimv_192x128_long_4224_causal", s);
+  s = CaseSpec{};
+  s.head_dim = 192;
+  s.head_dim_v = 128;
+  s.heads = 8;
+  s.heads_kv = 1;  // a group of 8 over short keys: head slices, dK/dV summed in the workspace
+  s.seqlen_q = 1000;
+  s.seqlen_k = 200;
+  add("hdimv_192x128_mqa_slices", s);
+  s = CaseSpec{};
+  s.head_dim = 192;
+  s.head_dim_v = 128;
+  s.heads = 4;
+  s.heads_kv = 2;
+  s.varlen_seqlens_q = {130, 0, 257, 1};
+  s.varlen_seqlens_k = {200, 9, 0, 650};
+  s.causal = true;
+  s.sinks = sinks_for(s.heads);
+  s.dtype = DType::kFloat16;
+  add("hdimv_192x128_varlen_causal_sinks_fp16", s);
+  s.head_dim = 128;
+  s.head_dim_v = 64;
+  s.row_padding = 16;
+  s.dtype = DType::kBFloat16;
+  add("hdimv_128x64_varlen_strided", s);
   return all;
 }
 
@@ -234,13 +292,19 @@ void expect_ok(const ErrorReport& r) {
   EXPECT_TRUE(r.ok) << r.str();
 }
 
-// Whether this build compiled a kernel that runs head_dim in dtype (see HOPATTN_HEADDIMS/DTYPES).
-bool built_for(DType dtype, int head_dim) {
+// Whether this build compiled a kernel that runs head_dim (and head_dim_v; 0: head_dim) in dtype
+// with the softcap variant where softcap > 0 (see HOPATTN_HEADDIMS/DTYPES/SOFTCAP).
+bool built_for(DType dtype, int head_dim, int head_dim_v, float softcap) {
   const BuildInfo info = build_info();
+  const int value_dim = head_dim_v > 0 ? head_dim_v : head_dim;
   const bool dtype_built = std::find(info.dtypes.begin(), info.dtypes.end(), dtype) != info.dtypes.end();
-  const bool dim_built =
-      std::any_of(info.head_dims.begin(), info.head_dims.end(), [&](int d) { return d >= head_dim; });
-  return dtype_built && dim_built;
+  const bool dims_built = std::any_of(info.kernel_head_dims.begin(), info.kernel_head_dims.end(),
+                                      [&](HeadDimPair k) { return k.qk >= head_dim && k.v >= value_dim; });
+  return dtype_built && dims_built && (softcap == 0.f || info.softcap);
+}
+
+bool built_for(const CaseSpec& spec) {
+  return built_for(spec.dtype, spec.head_dim, spec.head_dim_v, spec.softcap);
 }
 
 namespace {

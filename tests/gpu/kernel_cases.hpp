@@ -55,7 +55,9 @@ Status call_backward(const AttentionCase& c, const Outputs& fwd, const Outputs& 
 // Expects `fields` of two runs' outputs to hold bitwise the same values.
 void expect_bitwise_equal(const AttentionCase& c, const Outputs& a, const Outputs& b, std::initializer_list<Field> fields);
 
-// Whether this build compiled a kernel that runs head_dim in dtype (see HOPATTN_HEADDIMS/DTYPES).
-bool built_for(DType dtype, int head_dim);
+// Whether this build compiled a kernel that runs head_dim (and head_dim_v; 0: head_dim) in dtype
+// with the softcap variant where softcap > 0 (see HOPATTN_HEADDIMS/DTYPES/SOFTCAP); for a case, its own.
+bool built_for(DType dtype, int head_dim, int head_dim_v = 0, float softcap = 0.f);
+bool built_for(const CaseSpec& spec);
 
 }  // namespace hopattn::testing

@@ -25,7 +25,7 @@ using BackwardKernel = HopperTest;
 void check_backward(const CaseSpec& spec, bool deterministic) {
   AttentionCase c(spec);
   const Outputs fwd = c.new_outputs(), grads = c.new_outputs();
-  if (!built_for(spec.dtype, spec.head_dim)) {
+  if (!built_for(spec)) {
     // Validation does not look at the data: the unbuilt kernel is reported before anything runs
     // (problems without queries or keys take the simple kernels in every build).
     const Status s = call_backward(c, fwd, grads, deterministic);
@@ -60,7 +60,7 @@ INSTANTIATE_TEST_SUITE_P(Special, BackwardSweep, ::testing::ValuesIn(special_cas
 class BackwardDeterminism : public BackwardKernel, public ::testing::WithParamInterface<NamedCase> {};
 TEST_P(BackwardDeterminism, HundredCallsBitwiseEqual) {
   const CaseSpec& spec = GetParam().spec;
-  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
+  if (!built_for(spec)) GTEST_SKIP() << "no kernel for this case in this build";
   AttentionCase c(spec);
   const Outputs fwd = c.new_outputs();
   ASSERT_TRUE(forward(c.forward_args(fwd), nullptr).ok());
@@ -113,6 +113,15 @@ std::vector<NamedCase> determinism_cases() {
   all.push_back({"d128_sinks_window", s});
   s.softcap = 30.f;
   all.push_back({"d128_sinks_window_softcap", s});
+  s = CaseSpec{};
+  s.head_dim = 192;
+  s.head_dim_v = 128;
+  s.heads = 8;
+  s.heads_kv = 1;  // head slices: dK and dV summed in slice order
+  s.seqlen_q = 600;
+  s.seqlen_k = 200;
+  s.causal = true;
+  all.push_back({"d192x128_mqa_causal", s});
   return all;
 }
 INSTANTIATE_TEST_SUITE_P(Cases, BackwardDeterminism, ::testing::ValuesIn(determinism_cases()),
@@ -127,7 +136,7 @@ TEST_F(BackwardKernel, CapturedInCudaGraphMatchesDirectCall) {
   spec.varlen_seqlens_q = {100, 0, 300};
   spec.varlen_seqlens_k = {90, 10, 333};
   spec.seed = 78;
-  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
+  if (!built_for(spec)) GTEST_SKIP() << "no kernel for this case in this build";
   AttentionCase c(spec);
   const Outputs fwd = c.new_outputs(), direct = c.new_outputs(), graphed = c.new_outputs();
   ASSERT_TRUE(forward(c.forward_args(fwd), nullptr).ok());
@@ -150,7 +159,7 @@ TEST_F(BackwardKernel, DefaultModeReplayedFromAGraphMatchesOracle) {
   spec.varlen_seqlens_q = {300, 0, 517};
   spec.varlen_seqlens_k = {257, 40, 600};
   spec.seed = 79;
-  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
+  if (!built_for(spec)) GTEST_SKIP() << "no kernel for this case in this build";
   AttentionCase c(spec);
   const Outputs fwd = c.new_outputs(), graphed = c.new_outputs();
   ASSERT_TRUE(forward(c.forward_args(fwd), nullptr).ok());

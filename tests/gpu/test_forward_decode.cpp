@@ -125,7 +125,7 @@ class DecodeSweep : public ForwardDecode, public ::testing::WithParamInterface<N
 // with the workspace twice, bitwise.
 TEST_P(DecodeSweep, MatchesFloat64OracleAndRepeatsBitwise) {
   const CaseSpec& spec = GetParam().spec;
-  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
+  if (!built_for(spec)) GTEST_SKIP() << "no kernel for this case in this build";
   AttentionCase c(spec);
   const Outputs split = c.new_outputs(), again = c.new_outputs(), plain = c.new_outputs();
   ASSERT_TRUE(call_forward(c, split, /*with_workspace=*/true).ok());
@@ -155,7 +155,7 @@ TEST_F(ForwardDecode, GraphReplaysFollowSequsedChanges) {
   spec.head_dim = 128;
   spec.causal = true;
   spec.seed = 1200;
-  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
+  if (!built_for(spec)) GTEST_SKIP() << "no kernel for this case in this build";
   const std::vector<std::vector<int>> steps = {{8192, 100, 5000}, {0, 8191, 1}, {4097, 4096, 8000}};
   AttentionCase captured(spec);
   const Outputs out = captured.new_outputs();

@@ -36,7 +36,7 @@ void check_forward(const CaseSpec& spec) {
   AttentionCase c(spec);
   const Outputs out = c.new_outputs();
   const Status s = call_forward(c, out, /*with_workspace=*/true);
-  if (!built_for(spec.dtype, spec.head_dim)) {
+  if (!built_for(spec)) {
     EXPECT_EQ(s.code(), StatusCode::kNotSupported) << s.message();
     EXPECT_NE(s.message().find("HOPATTN_"), std::string::npos) << s.message();
     return;
@@ -116,7 +116,7 @@ TEST_F(ForwardKernel, CapturedInCudaGraphMatchesDirectCall) {
   spec.varlen_seqlens_k = {90, 10, 333};
   spec.seed = 77;
   spec.num_splits = 1;  // the graph's workspace would split the keys: not bitwise the direct call's rounding
-  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
+  if (!built_for(spec)) GTEST_SKIP() << "no kernel for this case in this build";
   AttentionCase c(spec);
   const Outputs direct = c.new_outputs(), graphed = c.new_outputs();
   ASSERT_TRUE(forward(c.forward_args(direct), nullptr).ok());
@@ -140,7 +140,7 @@ TEST_F(ForwardKernel, DynamicScheduleMatchesStaticBitwise) {
   spec.seqlen_q = spec.seqlen_k = 1500;
   spec.causal = true;
   spec.seed = 31;
-  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
+  if (!built_for(spec)) GTEST_SKIP() << "no kernel for this case in this build";
   AttentionCase c(spec);
   const Outputs fixed = c.new_outputs(), dynamic = c.new_outputs(), again = c.new_outputs();
   const ForwardArgs args = c.forward_args(dynamic);
@@ -167,7 +167,7 @@ TEST_F(ForwardKernel, SplitTailAfterAFullRound) {
   spec.seqlen_q = 25 * 128;
   spec.seqlen_k = 4096;
   spec.seed = 21;
-  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
+  if (!built_for(spec)) GTEST_SKIP() << "no kernel for this case in this build";
   AttentionCase c(spec);
   size_t bytes = 0;
   const Outputs first = c.new_outputs(), second = c.new_outputs();
@@ -186,7 +186,7 @@ TEST_F(ForwardKernel, WorkspaceTooSmallIsRejected) {
   spec.head_dim = 128;
   spec.seqlen_q = 300;
   spec.seqlen_k = 3000;
-  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
+  if (!built_for(spec)) GTEST_SKIP() << "no kernel for this case in this build";
   AttentionCase c(spec);
   const Outputs out = c.new_outputs();
   const ForwardArgs args = c.forward_args(out);
@@ -211,7 +211,7 @@ TEST_F(ForwardKernel, SplitTailCapturedInCudaGraphMatchesDirectCall) {
   spec.seqlen_k = 4100;
   spec.seed = 78;
   spec.num_splits = 1;  // 72 tiles: key splits would take the place of the split tail
-  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
+  if (!built_for(spec)) GTEST_SKIP() << "no kernel for this case in this build";
   AttentionCase c(spec);
   const Outputs direct = c.new_outputs(), graphed = c.new_outputs();
   ASSERT_TRUE(call_forward(c, direct, /*with_workspace=*/true).ok());

@@ -248,6 +248,7 @@ class KVCacheCall {
     p.heads = s.heads;
     p.heads_kv = s.heads_kv;
     p.head_dim = s.head_dim;
+    p.head_dim_v = s.head_dim;
     const int64_t new_row = int64_t{s.heads_kv} * hd;
     if (!s.varlen_new.empty()) {
       p.k_new = RowTensor{const_cast<uint16_t*>(k_new_.data()), 0, new_row, hd};
@@ -523,7 +524,7 @@ class KVCacheSweep : public KVCache, public ::testing::WithParamInterface<NamedK
 
 TEST_P(KVCacheSweep, AppendsBitwiseAndMatchesFloat64Reference) {
   const KVCacheSpec& spec = GetParam().spec;
-  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
+  if (!built_for(spec.dtype, spec.head_dim, 0, spec.softcap)) GTEST_SKIP() << "no kernel for this case in this build";
   KVCacheCall call(spec);
   call.upload();
   const Status s = call.run();
@@ -559,7 +560,7 @@ TEST_F(KVCache, OverfullCachesAndBadPagesGiveNaNRows) {
     for (int splits : {1, 0, 4}) {
       KVCacheSpec spec = fault_spec(page_size);
       spec.num_splits = splits;
-      if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
+      if (!built_for(spec.dtype, spec.head_dim, 0, spec.softcap)) GTEST_SKIP() << "no kernel for this case in this build";
       KVCacheCall call(spec);
       if (page_size > 0) {
         // Sequence 2: a page past the cache in its used range; sequence 3: a negative one.
@@ -593,7 +594,7 @@ TEST_F(KVCache, GraphReplaysFollowLengthAndTableChanges) {
   spec.causal = true;
   spec.cache_seqlens = {4000, 17, 2048};
   spec.seed = 6000;
-  if (!built_for(spec.dtype, spec.head_dim)) GTEST_SKIP() << "no kernel for this case in this build";
+  if (!built_for(spec.dtype, spec.head_dim, 0, spec.softcap)) GTEST_SKIP() << "no kernel for this case in this build";
   KVCacheCall call(spec);
   call.upload();
   size_t bytes = 0;

@@ -1,11 +1,12 @@
 // launch_append_kv against the CPU reference of the append (reference/kvcache_reference.hpp),
 // bitwise: random inputs in both dtypes; contiguous caches and paged ones (pages of 1, 16 and 256
 // positions, shuffled page tables); cache_batch_idx; varlen new tokens and queries; rotary in both
-// layouts over part of the head, all of it or none, q rotated per row or at the start. The whole
-// cache is compared (what the append does not write must keep its random fill), and q_rotated and
-// key_end. Then sequences whose append does not fit (overfull, negative length, a cache row or a
-// page outside the cache, rotary positions past the table): nothing of theirs is written, their
-// key_end is kAppendFault, and the other sequences are appended as usual.
+// layouts over part of the head, all of it or none, q rotated per row or at the start; values
+// narrower and wider than the keys (head_dim_v). The whole cache is compared (what the append does
+// not write must keep its random fill), and q_rotated and key_end. Then sequences whose append
+// does not fit (overfull, negative length, a cache row or a page outside the cache, rotary
+// positions past the table): nothing of theirs is written, their key_end is kAppendFault, and the
+// other sequences are appended as usual.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -37,6 +38,7 @@ struct AppendSpec {
   int heads = 8;
   int heads_kv = 2;
   int head_dim = 128;
+  int head_dim_v = 0;                               // of v_new and v_cache; 0: head_dim
   std::vector<int32_t> cache_seqlens = {0, 7, 30};  // one per sequence
   int seqlen_new = 1;                               // 0: no k_new/v_new
   std::vector<int32_t> varlen_new;                  // non-empty: varlen, each sequence's new tokens
@@ -106,7 +108,9 @@ class Append {
     p_.heads = s.heads;
     p_.heads_kv = s.heads_kv;
     p_.head_dim = s.head_dim;
-    const int64_t kv_row = int64_t(s.heads_kv) * s.head_dim + s.row_padding;
+    p_.head_dim_v = s.head_dim_v > 0 ? s.head_dim_v : s.head_dim;
+    const int64_t k_row = int64_t(s.heads_kv) * s.head_dim + s.row_padding;
+    const int64_t v_row = int64_t(s.heads_kv) * p_.head_dim_v + s.row_padding;
     const int64_t q_row = int64_t(s.heads) * s.head_dim + s.row_padding;
 
     // New tokens, fixed or varlen.
@@ -120,10 +124,11 @@ class Append {
     }
     p_.seqlen_new = s.understate_maxima ? 1 : max_new;
     if (max_new > 0) {
-      k_new.host = random_bits(total_new * kv_row);
-      v_new.host = random_bits(total_new * kv_row);
-      const int64_t batch_stride = s.varlen_new.empty() ? s.seqlen_new * kv_row : 0;
-      p_.k_new = p_.v_new = RowTensor{nullptr, batch_stride, kv_row, s.head_dim};
+      k_new.host = random_bits(total_new * k_row);
+      v_new.host = random_bits(total_new * v_row);
+      const int64_t tokens = s.varlen_new.empty() ? s.seqlen_new : 0;  // batch stride in rows
+      p_.k_new = RowTensor{nullptr, tokens * k_row, k_row, s.head_dim};
+      p_.v_new = RowTensor{nullptr, tokens * v_row, v_row, p_.head_dim_v};
     }
 
     // The cache, filled with random values that must survive where nothing is appended.
@@ -149,9 +154,10 @@ class Append {
       cache_batches = num_pages;
       cache_tokens = s.page_size;
     }
-    k_cache.host = random_bits(cache_batches * cache_tokens * kv_row);
-    v_cache.host = random_bits(cache_batches * cache_tokens * kv_row);
-    p_.k_cache = p_.v_cache = RowTensor{nullptr, cache_tokens * kv_row, kv_row, s.head_dim};
+    k_cache.host = random_bits(cache_batches * cache_tokens * k_row);
+    v_cache.host = random_bits(cache_batches * cache_tokens * v_row);
+    p_.k_cache = RowTensor{nullptr, cache_tokens * k_row, k_row, s.head_dim};
+    p_.v_cache = RowTensor{nullptr, cache_tokens * v_row, v_row, p_.head_dim_v};
     p_.cache.rows = rows;
     p_.capacity = capacity;
     if (s.batch_index) {
@@ -395,6 +401,25 @@ std::vector<NamedSpec> sweep_cases() {
   s.seqlen_new = 2;
   s.page_size = 16;
   add("d256_rotary128_neox", s);
+
+  // Values with a head dim of their own, narrower (DeepSeek's 192 / 128) and wider than the keys':
+  // a row's threads cover the wider one.
+  s = AppendSpec{};
+  s.head_dim = 192;
+  s.head_dim_v = 128;
+  s.rotary_dim = 64;
+  s.seqlen_new = 3;
+  s.seqlen_q = 3;
+  s.q_positions_per_row = true;
+  s.page_size = 16;
+  add("d192_v128_paged16_rotary64_neox", s);
+  s = AppendSpec{};
+  s.head_dim = 64;
+  s.head_dim_v = 256;
+  s.rotary_dim = 64;
+  s.interleaved = true;
+  s.row_padding = 8;
+  add("d64_v256_rotary_whole_head_gptj_strided", s);
 
   // A head dim that is not a multiple of 16, rotated in part.
   s = AppendSpec{};

@@ -139,6 +139,7 @@ def test_packed_structs_agree_with_ctypes():
 # --- every field reaches the library -------------------------------------------------------------
 
 B, SQ, SK, H, HKV, D = 2, 64, 48, 4, 2, 64
+DV = 32  # a value head dim of its own (V, O, dO, dV), next to D (Q, K, dQ, dK)
 _next_address = [1 << 32]
 
 
@@ -196,6 +197,8 @@ def test_valid_backward_arguments_get_a_workspace_size(lib):
     # No device is involved: a full, valid argument struct parses and gets a size.
     assert _capi.backward_workspace_size(_backward_args(deterministic=1)) >= 0
     assert _capi.backward_workspace_size(_backward_args(causal=1, left=16)) >= 0
+    value_dim = dict(v=_t((B, SK, HKV, DV)), o=_t((B, SQ, H, DV)), dout=_t((B, SQ, H, DV)), dv=_t((B, SK, HKV, DV)))
+    assert _capi.backward_workspace_size(_backward_args(**value_dim)) >= 0
 
 
 @pytest.mark.parametrize(
@@ -214,6 +217,9 @@ def test_valid_backward_arguments_get_a_workspace_size(lib):
         (dict(right=-3), "mask.window_right is -3"),
         (dict(num_splits=-2), "num_splits is -2 but must be >= 0"),
         (dict(pack_gqa=3), "pack_gqa is 3 but must be -1 (auto), 0 (off) or 1 (on)"),
+        (dict(v=_t((B, SK, HKV, 100))), "v.shape[3] (head_dim_v) is 100 but must be a multiple of 8 in [8, 256]"),
+        (dict(v=_t((B, SK, HKV, DV))),
+         "o.shape[3] is 64 but must be 32: expected (batch, seqlen_q, heads, head_dim_v)"),
     ],
 )
 def test_forward_rejects_each_wrong_field_with_the_library_message(lib, override, message):
@@ -245,6 +251,9 @@ def test_causal_with_a_right_window_is_rejected(lib):
         (dict(dq=_t((B, SQ + 1, H, D))), "dq.shape[1]"),
         (dict(dk=_t((B, SK, HKV, D), stride=(SK * HKV * D, HKV * D, 0, 1))), "dk"),
         (dict(dv=_t((B, SK, HKV))), "dv.rank"),
+        (dict(v=_t((B, SK, HKV, DV)), o=_t((B, SQ, H, DV))), "dout.shape[3] is 64 but must be 32"),
+        (dict(v=_t((B, SK, HKV, DV)), o=_t((B, SQ, H, DV)), dout=_t((B, SQ, H, DV))),
+         "dv.shape[3] is 64 but must be 32"),
     ],
 )
 def test_backward_rejects_each_wrong_gradient_field(lib, override, message):

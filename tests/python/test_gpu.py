@@ -111,7 +111,7 @@ def check_fixed(q, k, v, causal=False, window=(-1, -1), scale=None, deterministi
     dtype = q.dtype
     out, lse = run_or_skip(hopattn.attention, q, k, v, causal=causal, window_size=window, softmax_scale=scale,
                            deterministic=deterministic, return_lse=True, learnable_sink=sink, softcap=softcap)
-    assert out.shape == q.shape and out.dtype == dtype
+    assert out.shape == q.shape[:-1] + v.shape[-1:] and out.dtype == dtype  # O has V's head dim
     assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == torch.float32
     inputs = (q, k, v) if sink is None else (q, k, v, sink)
     dout = torch.randn_like(out)
@@ -152,6 +152,56 @@ def test_forward_backward_match_the_float64_reference(case):
         batch, sk, heads_kv, d, dtype=dtype
     )
     check_fixed(q, k, v, causal, window)
+
+
+# name: (batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, head_dim_v, causal, dtype)
+HEAD_DIM_V_CASES = {
+    "192x128_causal_gqa": (2, 300, 300, 4, 2, 192, 128, True, BF16),  # the pair's own kernels
+    "192x128_more_keys_fp16": (1, 257, 400, 2, 2, 192, 128, False, FP16),
+    "128x64_causal_mqa": (2, 200, 200, 4, 1, 128, 64, True, BF16),  # on the (128, 128) kernels
+    "64x128_v_wider": (1, 130, 130, 2, 2, 64, 128, False, BF16),
+    "72x40_causal": (1, 97, 150, 4, 2, 72, 40, True, BF16),
+}
+
+
+@pytest.mark.parametrize("case", HEAD_DIM_V_CASES, ids=list(HEAD_DIM_V_CASES))
+def test_head_dim_v_forward_backward_match_the_float64_reference(case):
+    batch, sq, sk, heads, heads_kv, d, dv, causal, dtype = HEAD_DIM_V_CASES[case]
+    torch.manual_seed(hash(case) % 1000)
+    q, k = randn(batch, sq, heads, d, dtype=dtype), randn(batch, sk, heads_kv, d, dtype=dtype)
+    v = randn(batch, sk, heads_kv, dv, dtype=dtype)
+    _, _, (dq, dk, dv_grad) = check_fixed(q, k, v, causal)
+    assert dq.shape == q.shape and dk.shape == k.shape and dv_grad.shape == v.shape
+
+
+def test_head_dim_v_through_the_drop_ins_and_a_paged_kvcache():
+    """(192, 128) through flash_attn_func, the varlen call and a paged KV cache with decode key
+    splits: each equals attention() on the same tensors or the float64 reference."""
+    torch.manual_seed(31)
+    q, k, v = randn(2, 128, 4, 192, grad=False), randn(2, 256, 2, 192, grad=False), randn(2, 256, 2, 128, grad=False)
+    ours = run_or_skip(hopattn.attention, q, k, v, causal=True, num_splits=1)
+    assert ours.shape == (2, 128, 4, 128)
+    assert torch.equal(hopattn.flash_attn_func(q, k, v, causal=True), ours)
+    cu_q = torch.tensor([0, 128, 256], dtype=torch.int32, device=DEVICE)
+    cu_k = torch.tensor([0, 256, 512], dtype=torch.int32, device=DEVICE)
+    packed = hopattn.attention_varlen(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), cu_q, cu_k, 128, 256,
+                                      causal=True)
+    exact, _ = attention_reference(q, k, v, True, upcast=True)
+    naive, _ = attention_reference(q, k, v, True, upcast=False)
+    check("varlen out", packed.unflatten(0, (2, 128)), exact, naive, BF16)
+    # Decode from a paged cache of 16-token pages (gathered rows) and 256-token pages (TMA).
+    q1 = randn(2, 1, 4, 192, grad=False)
+    exact1, _ = attention_reference(q1, k, v, True, upcast=True)
+    naive1, _ = attention_reference(q1, k, v, True, upcast=False)
+    for page in (16, 256):
+        pages = 256 // page
+        k_cache = k.reshape(2 * pages, page, 2, 192)
+        v_cache = v.reshape(2 * pages, page, 2, 128)
+        table = torch.arange(2 * pages, dtype=torch.int32, device=DEVICE).view(2, pages)
+        for splits in (1, 4):
+            out = hopattn.attention_with_kvcache(q1, k_cache, v_cache, page_table=table, causal=True,
+                                                 num_splits=splits)
+            check(f"kvcache page {page} splits {splits}", out, exact1, naive1, BF16)
 
 
 def test_softmax_scale_is_used_as_given():

@@ -742,3 +742,77 @@ def test_softcap_reaches_the_library(cpu_memory_as_device, monkeypatch):
         hop_torch.backward_impl(*backward, -1.0)
     with pytest.raises(hopattn.DeviceUnavailableError):  # a valid cap: the backward stops at the device
         hop_torch.backward_impl(*backward, 30.0)
+
+
+# --- a value head dim of its own (head_dim_v: v's last dimension, out's and dv's too) -------------
+
+
+def test_meta_shapes_and_gradients_with_head_dim_v():
+    """out has v's head dim, narrower or wider than q's; every gradient has its input's shape."""
+    for dim_v in (128, 256):  # next to head_dim 192
+        q, k = meta(2, 100, 8, 192, grad=True), meta(2, 130, 2, 192, grad=True)
+        v = meta(2, 130, 2, dim_v, grad=True)
+        out, lse = hopattn.attention(q, k, v, causal=True, return_lse=True)
+        assert out.shape == (2, 100, 8, dim_v) and lse.shape == (2, 8, 100)
+        out.sum().backward()
+        assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+    q, k, v = meta(300, 8, 192, grad=True), meta(280, 2, 192, grad=True), meta(280, 2, 128, grad=True)
+    out = hopattn.flash_attn_varlen_func(q, k, v, ints(4), ints(4), 128, 100)
+    assert out.shape == (300, 8, 128)
+    out.sum().backward()
+    assert q.grad.shape == q.shape and v.grad.shape == v.shape
+
+
+def test_kvcache_and_paged_meta_shapes_with_head_dim_v():
+    q, k_cache, v_cache = meta(3, 2, 8, 192), meta(3, 256, 2, 192), meta(3, 256, 2, 128)
+    out = hopattn.attention_with_kvcache(q, k_cache, v_cache, meta(3, 2, 2, 192), meta(3, 2, 2, 128),
+                                         cache_seqlens=7)  # fmt: skip
+    assert out.shape == (3, 2, 8, 128)
+    out, lse = hopattn.flash_attn_with_kvcache(meta(11, 8, 192), k_cache, v_cache, cache_seqlens=ints(3),
+                                               cu_seqlens_q=ints(4), max_seqlen_q=6, return_softmax_lse=True)
+    assert out.shape == (11, 8, 128) and lse.shape == (8, 11)
+    q, k_pages, v_pages = meta(30, 8, 192), meta(40, 16, 2, 192), meta(40, 16, 2, 128)
+    out = hopattn.attention_varlen(q, k_pages, v_pages, ints(3), None, 20, 0, page_table=ints(2, 16))
+    assert out.shape == (30, 8, 128)
+
+
+def test_ops_with_head_dim_v_pass_opcheck_and_compile_fullgraph():
+    q, k, v = meta(2, 64, 4, 192), meta(2, 64, 2, 192), meta(2, 64, 2, 128)
+    torch.library.opcheck(torch.ops.hopattn.forward.default, (q, k, v, 0.0, True, -1, -1, False, 0, -1),
+                          test_utils=("test_schema", "test_faketensor"))  # fmt: skip
+    torch._dynamo.reset()
+
+    def loss(q, k, v):
+        return hopattn.attention(q, k, v, causal=True).float().sum()
+
+    q, k, v = meta(2, 64, 4, 192, grad=True), meta(2, 64, 2, 192, grad=True), meta(2, 64, 2, 128, grad=True)
+    torch.compile(loss, fullgraph=True, backend="aot_eager")(q, k, v).backward()
+    assert v.grad.shape == v.shape and q.grad.shape == q.shape
+
+
+def test_head_dim_v_reaches_the_library(cpu_memory_as_device):
+    """Valid head dim pairs stop at the device check (out allocated with v's head dim); a head_dim_v
+    the library refuses, and a dout or v_new without it, get the library's message."""
+    q, k = torch.randn(2, 32, 4, 192, dtype=BF16), torch.randn(2, 32, 2, 192, dtype=BF16)
+    v = torch.randn(2, 32, 2, 128, dtype=BF16)
+    with pytest.raises(hopattn.DeviceUnavailableError):
+        hopattn.attention(q, k, v, causal=True)
+    message = r"v.shape\[3\] \(head_dim_v\) is 100 but must be a multiple of 8 in \[8, 256\]"
+    with pytest.raises(ValueError, match=message):
+        hopattn.attention(q, k, torch.randn(2, 32, 2, 100, dtype=BF16))
+    cu = torch.tensor([0, 20, 64], dtype=torch.int32)
+    with pytest.raises(hopattn.DeviceUnavailableError):
+        hopattn.attention_varlen(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), cu, cu, 44, 44)
+    out, lse = torch.zeros(2, 32, 4, 128, dtype=BF16), torch.zeros(2, 4, 32)
+    backward = (q, k, v, out, lse, None, None, None, None, 0, 0, 0.0, False, -1, -1, False)
+    with pytest.raises(hopattn.DeviceUnavailableError):
+        hop_torch.backward_impl(torch.zeros_like(out), *backward)
+    with pytest.raises(ValueError, match=r"dout.shape\[3\] is 192 but must be 128"):
+        hop_torch.backward_impl(torch.zeros_like(q), *backward)
+    k_cache, v_cache = torch.zeros(2, 256, 2, 192, dtype=BF16), torch.zeros(2, 256, 2, 128, dtype=BF16)
+    k_new, v_new = torch.randn(2, 3, 2, 192, dtype=BF16), torch.randn(2, 3, 2, 128, dtype=BF16)
+    lens = torch.tensor([5, 9], dtype=torch.int32)
+    with pytest.raises(hopattn.DeviceUnavailableError):
+        hopattn.attention_with_kvcache(q[:, :1], k_cache, v_cache, k_new, v_new, cache_seqlens=lens)
+    with pytest.raises(ValueError, match=r"v_new.shape\[3\] is 192 but must be 128"):
+        hopattn.attention_with_kvcache(q[:, :1], k_cache, v_cache, k_new, k_new, cache_seqlens=lens)

@@ -14,8 +14,9 @@
 namespace hopattn {
 
 // Preprocess, main and postprocess kernels on `stream`; `workspace` holds at least
-// BackwardWorkspace::bytes_for(problem, kHeadDim) bytes. kScores must be score_variant(problem).
-template <DType kDType, int kHeadDim, ScoreVariant kScores>
+// BackwardWorkspace::bytes_for(problem, {kHeadDim, kHeadDimV}) bytes. kScores must be
+// score_variant(problem).
+template <DType kDType, int kHeadDim, int kHeadDimV, ScoreVariant kScores>
 cudaError_t launch_backward_kernels(const Problem& problem, const BackwardTensors& tensors, void* workspace,
                                     bool deterministic, const DeviceLimits& device, cudaStream_t stream);
 

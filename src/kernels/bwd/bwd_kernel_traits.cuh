@@ -29,11 +29,13 @@ using TransposedStagedLayout = decltype(cute::composition(
     Layout{}, cute::make_layout(cute::Shape<Cols, Rows, Stages>{},
                                 cute::Stride<Rows, cute::_1, cute::Int<Rows::value * Cols::value>>{})));
 
-template <typename Element_, int kHeadDim_, class Config_ = BackwardTileConfig<kHeadDim_>>
+// kHeadDim: Q, K, dQ and dK's head dim; kHeadDimV: V, dO and dV's (head_dim_v pairs).
+template <typename Element_, int kHeadDim_, int kHeadDimV_, class Config_ = BackwardTileConfig<kHeadDim_>>
 struct BackwardKernelTraits {
   using Element = Element_;
   using Config = Config_;
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kBlockM = Config::kBlockM;
   static constexpr int kBlockN = Config::kBlockN;
   static constexpr int kStages = Config::kStages;
@@ -78,30 +80,38 @@ struct BackwardKernelTraits {
                 "query blocks must tile the workspace's row blocks and own a semaphore each");
   static_assert(register_split_fits(kMmaWarpgroups, kProducerRegisters, kMmaRegisters),
                 "the MMA warpgroups' registers must come from those the producer group releases");
-  static_assert(kHeadDim % 32 == 0, "kernel head dims are multiples of 32");
+  static_assert(kHeadDim % 32 == 0 && kHeadDimV % 32 == 0, "kernel head dims are multiples of 32");
 
   using BlockM = cute::Int<kBlockM>;
   using BlockN = cute::Int<kBlockN>;
   using HeadDim = cute::Int<kHeadDim>;
+  using HeadDimV = cute::Int<kHeadDimV>;
   using Stages = cute::Int<kStages>;
 
   // S^T = K Q^T and dP^T = V dO^T, (keys, queries): both operands K-major in shared memory. With
-  // keys as the rows, P^T and dS^T come out in the layout of the dV and dK GEMMs' A operands.
+  // keys as the rows, P^T and dS^T come out in the layout of the dV and dK GEMMs' A operands. The
+  // atom depends on M and N only: one tiling serves both GEMMs whatever their K (head dims).
   using TiledMmaSdP = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<Element, Element, float,
                                  cute::Shape<cute::_64, cute::Int<kBlockM / kQuerySplits>, HeadDim>>(),
       cute::Layout<cute::Shape<cute::Int<kScoreWarpgroups>, cute::Int<kQuerySplits>, cute::_1>>{}));
-  // dV += P^T dO and dK += dS^T Q, (keys, head dim), dO^T and Q^T MN-major. A comes from the
+  // dK += dS^T Q and dV += P^T dO, (keys, head dim), Q^T and dO^T MN-major. A comes from the
   // registers that computed it, or with split queries from P^T / dS^T in shared memory.
-  using MmaKVShape = cute::Shape<cute::_64, cute::Int<kHeadDim / kHeadDimSplits>, BlockM>;
-  using MmaKVAtom = std::conditional_t<
+  template <int kColumns>
+  using MmaKeyRowsShape = cute::Shape<cute::_64, cute::Int<kColumns / kHeadDimSplits>, BlockM>;
+  template <int kColumns>
+  using MmaKeyRowsAtom = std::conditional_t<
       kSplitQueries,
-      decltype(cute::GMMA::ss_op_selector<Element, Element, float, MmaKVShape, cute::GMMA::Major::K,
+      decltype(cute::GMMA::ss_op_selector<Element, Element, float, MmaKeyRowsShape<kColumns>, cute::GMMA::Major::K,
                                           cute::GMMA::Major::MN>()),
-      decltype(cute::GMMA::rs_op_selector<Element, Element, float, MmaKVShape, cute::GMMA::Major::K,
+      decltype(cute::GMMA::rs_op_selector<Element, Element, float, MmaKeyRowsShape<kColumns>, cute::GMMA::Major::K,
                                           cute::GMMA::Major::MN>())>;
-  using TiledMmaKV = decltype(cute::make_tiled_mma(
-      MmaKVAtom{}, cute::Layout<cute::Shape<cute::Int<kScoreWarpgroups>, cute::Int<kHeadDimSplits>, cute::_1>>{}));
+  template <int kColumns>
+  using TiledMmaKeyRows = decltype(cute::make_tiled_mma(
+      MmaKeyRowsAtom<kColumns>{},
+      cute::Layout<cute::Shape<cute::Int<kScoreWarpgroups>, cute::Int<kHeadDimSplits>, cute::_1>>{}));
+  using TiledMmaDK = TiledMmaKeyRows<kHeadDim>;
+  using TiledMmaDV = TiledMmaKeyRows<kHeadDimV>;
   // dQ = dS K, (queries, head dim), dS^T and K read transposed (MN-major), over all keys, so one
   // partial sum per query block leaves the CTA. With 128 queries each warpgroup takes 64 of them
   // over the whole head dim; otherwise each takes half of the head dim. At d64 the head-dim split
@@ -116,16 +126,25 @@ struct BackwardKernelTraits {
                                  cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
       cute::Layout<cute::Shape<cute::Int<kMmaWarpgroups / kDqHeadDimSplits>, cute::Int<kDqHeadDimSplits>, cute::_1>>{}));
 
-  // Q (also dO); where dK/dV split the head dim, each half of Q^T / dO^T must be whole atoms.
-  using SmemLayoutQ = decltype(cute::tile_to_shape(
-      widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim / kHeadDimSplits>(),
-      cute::Shape<BlockM, HeadDim, Stages>{}));
+  // Q and dO; where dK/dV split the head dim, each half of Q^T / dO^T must be whole atoms.
+  template <int kColumns>
+  using SmemLayoutQueryRows = decltype(cute::tile_to_shape(
+      widest_swizzle_atom<cute::GMMA::Major::K, Element, kColumns / kHeadDimSplits>(),
+      cute::Shape<BlockM, cute::Int<kColumns>, Stages>{}));
+  using SmemLayoutQ = SmemLayoutQueryRows<kHeadDim>;
   using SmemLayoutQt = TransposedStagedLayout<SmemLayoutQ, BlockM, HeadDim, Stages>;
-  // K (also V): where the dQ GEMM reads K^T split in two along the head dim, each half must be
-  // whole swizzle atoms: 128-byte swizzle at d64/d128/d256, 64-byte at d192, 32-byte at d96.
-  using SmemLayoutK = decltype(cute::tile_to_shape(
-      widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim / kDqHeadDimSplits>(), cute::Shape<BlockN, HeadDim>{}));
+  using SmemLayoutDO = SmemLayoutQueryRows<kHeadDimV>;
+  using SmemLayoutDOt = TransposedStagedLayout<SmemLayoutDO, BlockM, HeadDimV, Stages>;
+  // K: where the dQ GEMM reads K^T split in two along the head dim, each half must be whole
+  // swizzle atoms: 128-byte swizzle at d64/d128/d256, 64-byte at d192, 32-byte at d96. V (read only
+  // K-major, by dP^T) takes the same rule where its head dim is K's, so that the two stay alike.
+  template <int kColumns>
+  using SmemLayoutKeyRows = decltype(cute::tile_to_shape(
+      widest_swizzle_atom<cute::GMMA::Major::K, Element, kColumns / kDqHeadDimSplits>(),
+      cute::Shape<BlockN, cute::Int<kColumns>>{}));
+  using SmemLayoutK = SmemLayoutKeyRows<kHeadDim>;
   using SmemLayoutKt = TransposedLayout<SmemLayoutK, BlockN, HeadDim>;
+  using SmemLayoutV = SmemLayoutKeyRows<kHeadDimV>;
   // dS^T (keys, queries), one buffer per pipeline stage: a warpgroup may write the next block's
   // dS^T while the other still reads this block's in its dQ GEMM. P^T (split queries only) alike.
   using SmemLayoutDS = decltype(cute::tile_to_shape(widest_swizzle_atom<cute::GMMA::Major::K, Element, kBlockM>(),
@@ -135,10 +154,11 @@ struct BackwardKernelTraits {
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
 
-  static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKVBytes = kBlockN * (kHeadDim + kHeadDimV) * sizeof(Element);
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kDOBytes = kBlockM * kHeadDimV * sizeof(Element);
   static constexpr uint32_t kRowStatBytes = kBlockM * sizeof(float);
-  static constexpr uint32_t kStageBytes = 2 * kQBytes + 2 * kRowStatBytes;  // Q, dO, LSE, D
+  static constexpr uint32_t kStageBytes = kQBytes + kDOBytes + 2 * kRowStatBytes;  // Q, dO, LSE, D
   // The dQ of one query block, as it travels to dq_accum: each MMA warpgroup stages its share in
   // a buffer of its own and hands it to the writer warp on a barrier pair of its own (the writer
   // warp and that warpgroup), so a warpgroup never waits for the other's handoff.
@@ -154,9 +174,9 @@ struct BackwardKernelTraits {
 
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
-    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> v;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutV>, 1024> v;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
-    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutDO>, 1024> dout;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutDS>, 1024> ds;
     // A token size where P^T stays in registers.
     cute::array_aligned<Element, kSplitQueries ? cute::cosize_v<SmemLayoutDS> : 8, kSplitQueries ? 1024 : 16> p;

@@ -28,6 +28,12 @@ template <int kHeadDim, ScoreVariant kScores>
 using BackwardTileConfigOf = std::conditional_t<kScores == ScoreVariant::kSoftcap, BackwardSoftcapTileConfig<kHeadDim>,
                                                 BackwardTileConfig<kHeadDim>>;
 
+// The kernel traits of one instantiation: a (Q/K, V) head dim pair takes the tiles of its Q/K
+// head dim.
+template <DType kDType, int kHeadDim, int kHeadDimV, ScoreVariant kScores>
+using BackwardTraitsOf = BackwardKernelTraits<typename CutlassElement<kDType>::type, kHeadDim, kHeadDimV,
+                                              BackwardTileConfigOf<kHeadDim, kScores>>;
+
 namespace backward_launch_detail {
 
 template <class Traits>
@@ -45,23 +51,26 @@ BackwardParams<Traits> make_backward_params(const Problem& p, const BackwardTens
                                             t.v.row_stride * k_tokens, t.v.head_stride * p.heads_kv, 8});
   BackwardParams<Traits> params{};
   params.shape_q = make_shape(q_tokens, int32_t(p.head_dim), int32_t(p.heads), batch);
+  params.shape_dout = make_shape(q_tokens, int32_t(p.head_dim_v), int32_t(p.heads), batch);
   params.shape_k = make_shape(k_tokens, int32_t(p.head_dim), int32_t(p.heads_kv), batch);
-  auto q_box = Shape<typename Traits::BlockM, typename Traits::HeadDim>{};
-  auto k_box = Shape<typename Traits::BlockN, typename Traits::HeadDim>{};
-  auto smem_q = take<0, 2>(typename Traits::SmemLayoutQ{});
+  params.shape_v = make_shape(k_tokens, int32_t(p.head_dim_v), int32_t(p.heads_kv), batch);
+  using BlockM = typename Traits::BlockM;
+  using BlockN = typename Traits::BlockN;
+  using HeadDim = typename Traits::HeadDim;
+  using HeadDimV = typename Traits::HeadDimV;
   params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, tma_tokens_tensor<Element>(t.q, q_tokens, p.head_dim, p.heads, batch, q_span),
-                               smem_q, q_box, _1{});
+                               take<0, 2>(typename Traits::SmemLayoutQ{}), Shape<BlockM, HeadDim>{}, _1{});
   params.tma_dout = make_tma_copy(
-      SM90_TMA_LOAD{}, tma_tokens_tensor<Element>(t.dout, q_tokens, p.head_dim, p.heads, batch, q_span), smem_q, q_box,
-      _1{});
+      SM90_TMA_LOAD{}, tma_tokens_tensor<Element>(t.dout, q_tokens, p.head_dim_v, p.heads, batch, q_span),
+      take<0, 2>(typename Traits::SmemLayoutDO{}), Shape<BlockM, HeadDimV>{}, _1{});
   params.tma_k = make_tma_copy(SM90_TMA_LOAD{}, tma_tokens_tensor<Element>(t.k, k_tokens, p.head_dim, p.heads_kv, batch, k_span),
-                               typename Traits::SmemLayoutK{}, k_box, _1{});
-  params.tma_v = make_tma_copy(SM90_TMA_LOAD{}, tma_tokens_tensor<Element>(t.v, k_tokens, p.head_dim, p.heads_kv, batch, k_span),
-                               typename Traits::SmemLayoutK{}, k_box, _1{});
+                               typename Traits::SmemLayoutK{}, Shape<BlockN, HeadDim>{}, _1{});
+  params.tma_v = make_tma_copy(SM90_TMA_LOAD{}, tma_tokens_tensor<Element>(t.v, k_tokens, p.head_dim_v, p.heads_kv, batch, k_span),
+                               typename Traits::SmemLayoutV{}, Shape<BlockN, HeadDimV>{}, _1{});
   params.problem = p;
   params.dk = t.dk;
   params.dv = t.dv;
-  params.workspace = BackwardWorkspace::carve(workspace, p, Traits::kHeadDim);
+  params.workspace = BackwardWorkspace::carve(workspace, p, HeadDimPair{Traits::kHeadDim, Traits::kHeadDimV});
   params.scale_log2 = p.softmax_scale * kLog2e;
   params.softcap_in = p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f;
   params.softcap_log2 = p.softcap * kLog2e;
@@ -71,10 +80,12 @@ BackwardParams<Traits> make_backward_params(const Problem& p, const BackwardTens
   // What a unit (a slice of a KV head's group, one sequence) streams: Q, dO and the fp32 dQ
   // accumulator of its query heads, and its K and V. Under a mask every unit is a section of its
   // own (section_units = 1, the key-block-fastest order: bwd_grid_order.hpp says why).
-  const long long query_bytes_per_token = static_cast<long long>(p.head_dim) * (2 * sizeof(Element) + sizeof(float));
+  const long long query_bytes_per_token =
+      static_cast<long long>(p.head_dim) * (sizeof(Element) + sizeof(float)) + p.head_dim_v * sizeof(Element);
   const long long bytes_per_unit = static_cast<long long>(p.heads / p.heads_kv / head_slices) * p.max_seqlen_q *
                                        query_bytes_per_token +
-                                   2LL * p.max_seqlen_k * p.head_dim * static_cast<long long>(sizeof(Element));
+                                   static_cast<long long>(p.max_seqlen_k) * (p.head_dim + p.head_dim_v) *
+                                       static_cast<long long>(sizeof(Element));
   params.section_units = p.mask.unbounded()
                               ? backward_section_units(bytes_per_unit, l2_bytes, head_slices * p.heads_kv * p.batch)
                               : 1;
@@ -84,12 +95,12 @@ BackwardParams<Traits> make_backward_params(const Problem& p, const BackwardTens
 }  // namespace backward_launch_detail
 
 // dQ, dK and dV: the preprocess, the main kernel, the postprocesses.
-template <DType kDType, int kHeadDim, ScoreVariant kScores>
+template <DType kDType, int kHeadDim, int kHeadDimV, ScoreVariant kScores>
 cudaError_t launch_backward_gradients(const Problem& problem, const BackwardTensors& tensors, void* workspace,
                                       bool deterministic, const DeviceLimits& device, cudaStream_t stream) {
   using namespace backward_launch_detail;
   using Element = typename CutlassElement<kDType>::type;
-  using Traits = BackwardKernelTraits<Element, kHeadDim, BackwardTileConfigOf<kHeadDim, kScores>>;
+  using Traits = BackwardTraitsOf<kDType, kHeadDim, kHeadDimV, kScores>;
   // With max_seqlen_q = 0 there is no query block: only the main kernel runs, writing dK = dV = 0
   // itself (one slice).
   auto blocks_of = [&](int rows) {
@@ -110,7 +121,7 @@ cudaError_t launch_backward_gradients(const Problem& problem, const BackwardTens
     }
   }
   if (has_queries) {
-    backward_preprocess_kernel<Element, kHeadDim>
+    backward_preprocess_kernel<Element, kHeadDim, kHeadDimV>
         <<<blocks_of(BackwardWorkspace::kRowBlock), kPreprocessThreads, 0, stream>>>(
             problem, tensors.o, tensors.dout, tensors.lse, params.workspace);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
@@ -144,19 +155,18 @@ cudaError_t launch_backward_gradients(const Problem& problem, const BackwardTens
   return cudaGetLastError();
 }
 
-template <DType kDType, int kHeadDim, ScoreVariant kScores>
+template <DType kDType, int kHeadDim, int kHeadDimV, ScoreVariant kScores>
 cudaError_t launch_backward_kernels(const Problem& problem, const BackwardTensors& tensors, void* workspace,
                                     bool deterministic, const DeviceLimits& device, cudaStream_t stream) {
   if (score_variant(problem) != kScores) return cudaErrorInvalidValue;  // the dispatcher's job
-  const cudaError_t e = launch_backward_gradients<kDType, kHeadDim, kScores>(problem, tensors, workspace,
-                                                                             deterministic, device, stream);
+  const cudaError_t e = launch_backward_gradients<kDType, kHeadDim, kHeadDimV, kScores>(problem, tensors, workspace,
+                                                                                        deterministic, device, stream);
   if (e != cudaSuccess || tensors.dsinks == nullptr) return e;
   // Attention sinks: their gradient from LSE and the preprocess's D, once the other kernels are
   // launched (stream order); without a query row it is 0.
   if (problem.max_seqlen_q == 0) return cudaMemsetAsync(tensors.dsinks, 0, sizeof(float) * problem.heads, stream);
-  using Traits =
-      BackwardKernelTraits<typename CutlassElement<kDType>::type, kHeadDim, BackwardTileConfigOf<kHeadDim, kScores>>;
-  const BackwardWorkspace ws = BackwardWorkspace::carve(workspace, problem, Traits::kHeadDim);
+  using Traits = BackwardTraitsOf<kDType, kHeadDim, kHeadDimV, kScores>;
+  const BackwardWorkspace ws = BackwardWorkspace::carve(workspace, problem, HeadDimPair{kHeadDim, kHeadDimV});
   backward_sink_gradient_kernel<Traits>
       <<<problem.heads, kSinkGradientThreads, 0, stream>>>(problem, tensors.lse, tensors.sinks, tensors.dsinks, ws);
   return cudaGetLastError();

@@ -37,11 +37,11 @@ struct BackwardSmemTensors {
   }
   CUTE_DEVICE static auto q(SharedStorage& s) { return view<typename Traits::SmemLayoutQ>(s.q.data()); }
   CUTE_DEVICE static auto qt(SharedStorage& s) { return view<typename Traits::SmemLayoutQt>(s.q.data()); }
-  CUTE_DEVICE static auto dout(SharedStorage& s) { return view<typename Traits::SmemLayoutQ>(s.dout.data()); }
-  CUTE_DEVICE static auto doutt(SharedStorage& s) { return view<typename Traits::SmemLayoutQt>(s.dout.data()); }
+  CUTE_DEVICE static auto dout(SharedStorage& s) { return view<typename Traits::SmemLayoutDO>(s.dout.data()); }
+  CUTE_DEVICE static auto doutt(SharedStorage& s) { return view<typename Traits::SmemLayoutDOt>(s.dout.data()); }
   CUTE_DEVICE static auto k(SharedStorage& s) { return view<typename Traits::SmemLayoutK>(s.k.data()); }
   CUTE_DEVICE static auto kt(SharedStorage& s) { return view<typename Traits::SmemLayoutKt>(s.k.data()); }
-  CUTE_DEVICE static auto v(SharedStorage& s) { return view<typename Traits::SmemLayoutK>(s.v.data()); }
+  CUTE_DEVICE static auto v(SharedStorage& s) { return view<typename Traits::SmemLayoutV>(s.v.data()); }
   CUTE_DEVICE static auto ds(SharedStorage& s) { return view<typename Traits::SmemLayoutDS>(s.ds.data()); }
   CUTE_DEVICE static auto dst(SharedStorage& s) { return view<typename Traits::SmemLayoutDSt>(s.ds.data()); }
   CUTE_DEVICE static auto p(SharedStorage& s) { return view<typename Traits::SmemLayoutDS>(s.p.data()); }
@@ -72,31 +72,32 @@ CUTE_DEVICE void backward_producer(const BackwardParams<Traits>& params, typenam
   using BlockM = typename Traits::BlockM;
   using BlockN = typename Traits::BlockN;
   using HeadDim = typename Traits::HeadDim;
+  using HeadDimV = typename Traits::HeadDimV;
   const bool leader = threadIdx.x == 0;  // the pipeline's leader, which also arms the stage barriers
 
   // A CTA that sees no query writes zeros and loads nothing (it must not exit with loads in flight).
   if (t.m_blocks.empty()) return;
   cute::Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);
-  cute::Tensor mV = params.tma_v.get_tma_tensor(params.shape_k);
-  auto key_block = [&](auto& m) {
+  cute::Tensor mV = params.tma_v.get_tma_tensor(params.shape_v);
+  auto key_block = [&](auto& m, auto columns) {
     return local_tile(domain_offset(make_coord(t.k_offset, _0{}), m(_, _, t.head_kv, t.batch_coord)),
-                      Shape<BlockN, HeadDim>{}, make_coord(t.n_block, _0{}));
+                      Shape<BlockN, decltype(columns)>{}, make_coord(t.n_block, _0{}));
   };
-  cute::Tensor gK = key_block(mK);
-  cute::Tensor gV = key_block(mV);
+  cute::Tensor gK = key_block(mK, HeadDim{});
+  cute::Tensor gV = key_block(mV, HeadDimV{});
   cute::Tensor sK = Smem::k(smem);
   cute::Tensor sV = Smem::v(smem);
   auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
   auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
   if (leader) {
-    smem.kv_full.arrive_and_expect_tx(2 * Traits::kKVBytes);
+    smem.kv_full.arrive_and_expect_tx(Traits::kKVBytes);
     copy(params.tma_k.with(reinterpret_cast<uint64_t&>(smem.kv_full)), tKgK, tKsK);
     copy(params.tma_v.with(reinterpret_cast<uint64_t&>(smem.kv_full)), tVgV, tVsV);
   }
   wait_for_previous_kernel();  // the preprocess writes the row statistics
 
   cute::Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);
-  cute::Tensor mdO = params.tma_dout.get_tma_tensor(params.shape_q);
+  cute::Tensor mdO = params.tma_dout.get_tma_tensor(params.shape_dout);
   cute::Tensor sQ = Smem::q(smem);
   cute::Tensor sdO = Smem::dout(smem);
   const BackwardWorkspace& ws = params.workspace;
@@ -104,12 +105,12 @@ CUTE_DEVICE void backward_producer(const BackwardParams<Traits>& params, typenam
   const int group = group_size(params.problem);
   for (int g = t.first_head; g < t.end_head; ++g) {
     const int head = t.head_kv * group + g;
-    auto query_blocks = [&](auto& m) {
+    auto query_blocks = [&](auto& m, auto columns) {
       return local_tile(domain_offset(make_coord(t.q_offset, _0{}), m(_, _, head, t.batch_coord)),
-                        Shape<BlockM, HeadDim>{}, make_coord(_, _0{}));  // (M, D, m_blocks)
+                        Shape<BlockM, decltype(columns)>{}, make_coord(_, _0{}));  // (M, D, m_blocks)
     };
-    cute::Tensor gQ = query_blocks(mQ);
-    cute::Tensor gdO = query_blocks(mdO);
+    cute::Tensor gQ = query_blocks(mQ, HeadDim{});
+    cute::Tensor gdO = query_blocks(mdO, HeadDimV{});
     auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
     auto [tdOgdO, tdOsdO] =
         tma_partition(params.tma_dout, _0{}, Layout<_1>{}, group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
@@ -248,10 +249,11 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
 
 // With head slices: adds this CTA's dK (already scaled) and dV of its key block's real keys into
 // the workspace's fp32 accumulators, two neighbouring columns per reduction; in deterministic mode
-// the slices of a key block add one after the other, in slice order.
-template <class Traits, bool kDeterministic, class Acc, class Coords>
-CUTE_DEVICE void add_key_block_slice(const BackwardParams<Traits>& params, const BackwardTile& t, Acc const& dk,
-                                     Acc const& dv, Coords const& coords, int thread) {
+// the slices of a key block add one after the other, in slice order. dk_coords / dv_coords: the
+// (key, column) of each accumulator entry.
+template <class Traits, bool kDeterministic, class AccK, class CoordsK, class AccV, class CoordsV>
+CUTE_DEVICE void add_key_block_slice(const BackwardParams<Traits>& params, const BackwardTile& t, AccK const& dk,
+                                     CoordsK const& dk_coords, AccV const& dv, CoordsV const& dv_coords, int thread) {
   using namespace cute;
   const BackwardWorkspace& ws = params.workspace;
   const long long first_row =
@@ -263,21 +265,21 @@ CUTE_DEVICE void add_key_block_slice(const BackwardParams<Traits>& params, const
     }
     cutlass::arch::NamedBarrier::sync(Traits::kMmaThreads, barrier_id(BwdBarrier::kScoresPublished));
   }
-  cute::Tensor dk_values = as_row_col(dk);  // (rows, columns): columns 2c and 2c + 1 are neighbours
-  cute::Tensor dv_values = as_row_col(dv);
-  CUTE_UNROLL
-  for (int r = 0; r < size<0>(dk_values); ++r) {
-    const int row = get<0>(coords(r, 0));
-    if (t.n_block * Traits::kBlockN + row >= t.seqlen_k) continue;
-    float* dk_row = ws.dk_accum + (first_row + row) * ws.head_dim;
-    float* dv_row = ws.dv_accum + (first_row + row) * ws.head_dim;
+  auto add = [&](auto const& acc, auto const& coords, float* sums, int row_length) {
+    cute::Tensor values = as_row_col(acc);  // (rows, columns): columns 2c and 2c + 1 are neighbours
     CUTE_UNROLL
-    for (int c = 0; c < size<1>(dk_values); c += 2) {
-      const int column = get<1>(coords(r, c));
-      backward_detail::reduce_add2(dk_row + column, dk_values(r, c), dk_values(r, c + 1));
-      backward_detail::reduce_add2(dv_row + column, dv_values(r, c), dv_values(r, c + 1));
+    for (int r = 0; r < size<0>(values); ++r) {
+      const int row = get<0>(coords(r, 0));
+      if (t.n_block * Traits::kBlockN + row >= t.seqlen_k) continue;
+      float* sum_row = sums + (first_row + row) * row_length;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(values); c += 2) {
+        backward_detail::reduce_add2(sum_row + get<1>(coords(r, c)), values(r, c), values(r, c + 1));
+      }
     }
-  }
+  };
+  add(dk, dk_coords, ws.dk_accum, ws.head_dim);
+  add(dv, dv_coords, ws.dv_accum, ws.head_dim_v);
   if constexpr (kDeterministic) {  // the next slice may add once these sums are in
     __threadfence();
     cutlass::arch::NamedBarrier::sync(Traits::kMmaThreads, barrier_id(BwdBarrier::kScoresPublished));
@@ -301,28 +303,30 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
   using BlockM = typename Traits::BlockM;
   using BlockN = typename Traits::BlockN;
   using HeadDim = typename Traits::HeadDim;
+  using HeadDimV = typename Traits::HeadDimV;
   constexpr int kWgThreads = cutlass::NumThreadsPerWarpGroup;
   const int thread = threadIdx.x - kWgThreads;  // among the MMA threads
 
   typename Traits::TiledMmaSdP mma_sdp;
-  typename Traits::TiledMmaKV mma_kv;
+  typename Traits::TiledMmaDK mma_dk;
+  typename Traits::TiledMmaDV mma_dv;
   typename Traits::TiledMmaDQ mma_dq;
   auto thr_sdp = mma_sdp.get_thread_slice(thread);
-  auto thr_kv = mma_kv.get_thread_slice(thread);
   // A shared-memory operand is one descriptor for all 128 threads of a warpgroup: partitioned by
   // the warpgroup's first thread, made warp-uniform, the descriptors stay in uniform registers
   // instead of being rebuilt in per-thread registers and moved over before every WGMMA.
   const int warpgroup_thread = (cutlass::canonical_warp_group_idx() - 1) * kWgThreads;
   auto wg_sdp = mma_sdp.get_slice(warpgroup_thread);
-  auto wg_kv = mma_kv.get_slice(warpgroup_thread);
+  auto wg_dk = mma_dk.get_slice(warpgroup_thread);
+  auto wg_dv = mma_dv.get_slice(warpgroup_thread);
   auto wg_dq = mma_dq.get_slice(warpgroup_thread);
 
   cute::Tensor tSrK = wg_sdp.partition_fragment_A(Smem::k(smem));        // (MMA, MMA_N, MMA_K)
   cute::Tensor tSrQ = wg_sdp.partition_fragment_B(Smem::q(smem));        // (MMA, MMA_M, MMA_K, PIPE)
   cute::Tensor tdPrV = wg_sdp.partition_fragment_A(Smem::v(smem));
   cute::Tensor tdPrdO = wg_sdp.partition_fragment_B(Smem::dout(smem));
-  cute::Tensor tdVrdOt = wg_kv.partition_fragment_B(Smem::doutt(smem));  // (MMA, MMA_D, MMA_M, PIPE)
-  cute::Tensor tdKrQt = wg_kv.partition_fragment_B(Smem::qt(smem));
+  cute::Tensor tdVrdOt = wg_dv.partition_fragment_B(Smem::doutt(smem));  // (MMA, MMA_D, MMA_M, PIPE)
+  cute::Tensor tdKrQt = wg_dk.partition_fragment_B(Smem::qt(smem));
   cute::Tensor tdQrdS = wg_dq.partition_fragment_A(Smem::dst(smem));  // (MMA, MMA_M, MMA_K, PIPE)
   cute::Tensor tdQrKt = wg_dq.partition_fragment_B(Smem::kt(smem));
   // dS^T (with split queries P^T too) goes to shared memory through stmatrix, 16 bytes of a thread
@@ -336,8 +340,8 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
   // (key, query) of every score entry this thread holds, relative to the tile.
   cute::Tensor cS = thr_sdp.partition_C(make_identity_tensor(Shape<BlockN, BlockM>{}));
 
-  cute::Tensor tdVrdV = partition_fragment_C(mma_kv, Shape<BlockN, HeadDim>{});
-  cute::Tensor tdKrdK = partition_fragment_C(mma_kv, Shape<BlockN, HeadDim>{});
+  cute::Tensor tdVrdV = partition_fragment_C(mma_dv, Shape<BlockN, HeadDimV>{});
+  cute::Tensor tdKrdK = partition_fragment_C(mma_dk, Shape<BlockN, HeadDim>{});
   // Zeros the optimizer cannot see as constants: a plain clear() was hoisted above the register
   // reallocation (setmaxnreg), where the kernel's entry budget of 168 registers could not hold
   // dK and dV, and ptxas then kept them in local memory and serialized the WGMMAs (d192/d256).
@@ -419,8 +423,8 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
         };
         if constexpr (Traits::kSplitQueries) {
           cute::Tensor tPsP = thr_score_store.partition_D(Smem::p(smem));
-          cute::Tensor tdVsP = wg_kv.partition_fragment_A(Smem::p(smem));  // (MMA, MMA_N, MMA_M, PIPE)
-          cute::Tensor tdKsdS = wg_kv.partition_fragment_A(Smem::ds(smem));
+          cute::Tensor tdVsP = wg_dv.partition_fragment_A(Smem::p(smem));  // (MMA, MMA_N, MMA_M, PIPE)
+          cute::Tensor tdKsdS = wg_dk.partition_fragment_A(Smem::ds(smem));
           convert_fragment(tSrS, rP);
           copy(score_store, thr_score_store.retile_S(rP), tPsP(_, _, _, stage));
           warpgroup_wait<0>();  // dP^T
@@ -428,25 +432,25 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
           wait_until_scores_read();
           copy(score_store, thr_score_store.retile_S(rdS), tdSsdS(_, _, _, stage));
           publish_scores();
-          issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdVsP(_, _, _, stage), tdVrdOt(_, _, _, stage), tdVrdV);
-          issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdKsdS(_, _, _, stage), tdKrQt(_, _, _, stage), tdKrdK);
+          issue_warpgroup_gemm</*kZeroInit=*/false>(mma_dv, tdVsP(_, _, _, stage), tdVrdOt(_, _, _, stage), tdVrdV);
+          issue_warpgroup_gemm</*kZeroInit=*/false>(mma_dk, tdKsdS(_, _, _, stage), tdKrQt(_, _, _, stage), tdKrdK);
           issue_dq();
         } else {
           cute::Tensor tdVrP = make_tensor(rP.data(), accumulator_as_a_operand_layout(rP.layout()));
           cute::Tensor tdKrdS = make_tensor(rdS.data(), accumulator_as_a_operand_layout(rdS.layout()));
           auto issue_dk = [&] {
-            issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdKrdS, tdKrQt(_, _, _, stage), tdKrdK);
+            issue_warpgroup_gemm</*kZeroInit=*/false>(mma_dk, tdKrdS, tdKrQt(_, _, _, stage), tdKrdK);
           };
           if constexpr (Traits::kDvUnderDs) {
             convert_fragment(tSrS, rP);
-            issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdVrP, tdVrdOt(_, _, _, stage), tdVrdV);
+            issue_warpgroup_gemm</*kZeroInit=*/false>(mma_dv, tdVrP, tdVrdOt(_, _, _, stage), tdVrdV);
             warpgroup_wait<1>();  // dP^T
             compute_ds(dpsum, lse_log2);
           } else {
             warpgroup_wait<0>();  // dP^T
             compute_ds(dpsum, lse_log2);
             convert_fragment(tSrS, rP);
-            issue_warpgroup_gemm</*kZeroInit=*/false>(mma_kv, tdVrP, tdVrdOt(_, _, _, stage), tdVrdV);
+            issue_warpgroup_gemm</*kZeroInit=*/false>(mma_dv, tdVrP, tdVrdOt(_, _, _, stage), tdVrdV);
           }
           if constexpr (!Traits::kDqBeforeDk) issue_dk();
           wait_until_scores_read();
@@ -493,25 +497,26 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
 
   // Epilogue: dK (times the softmax scale) and dV of the block's real keys, in the input dtype, or
   // with head slices added in fp32 into the workspace for the dK/dV postprocess.
-  cute::Tensor cKV = as_row_col(thr_kv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{})));
+  cute::Tensor cdK = as_row_col(mma_dk.get_thread_slice(thread).partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{})));
+  cute::Tensor cdV = as_row_col(mma_dv.get_thread_slice(thread).partition_C(make_identity_tensor(Shape<BlockN, HeadDimV>{})));
   const float scale = params.problem.softmax_scale;
   CUTE_UNROLL
   for (int i = 0; i < size(tdKrdK); ++i) tdKrdK(i) *= scale;
   if (params.head_slices > 1) {
-    add_key_block_slice<Traits, kDeterministic>(params, t, tdKrdK, tdVrdV, cKV, thread);
+    add_key_block_slice<Traits, kDeterministic>(params, t, tdKrdK, cdK, tdVrdV, cdV, thread);
     return;
   }
   const int quad_lane = thread % 4;
-  const int first_column = get<1>(cKV(0, 0)) - 2 * quad_lane;  // this warpgroup's share of the head dim
-  auto store = [&](auto const& acc, const RowTensor& out) {
+  auto store = [&](auto const& acc, auto const& coords, int columns, const RowTensor& out) {
     auto key_row = [&](int tile_row) -> Element* {  // null past the sequence's last key
       const int key = t.n_block * Traits::kBlockN + tile_row;
       return key < t.seqlen_k ? out.at<Element>(t.batch, static_cast<long long>(t.k_offset) + key, t.head_kv) : nullptr;
     };
-    store_accumulator_rows<Element>(acc, cKV, first_column, params.problem.head_dim, key_row, quad_lane);
+    const int first_column = get<1>(coords(0, 0)) - 2 * quad_lane;  // this warpgroup's share of the head dim
+    store_accumulator_rows<Element>(acc, coords, first_column, columns, key_row, quad_lane);
   };
-  store(tdVrdV, params.dv);
-  store(tdKrdK, params.dk);
+  store(tdVrdV, cdV, params.problem.head_dim_v, params.dv);
+  store(tdKrdK, cdK, params.problem.head_dim, params.dk);
 }
 
 }  // namespace hopattn

@@ -23,21 +23,26 @@ struct BackwardParams {
   using Element = typename Traits::Element;
   using GmemTokens = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
                                                 TmaTokensShape{}, TmaTokensStride{}));
-  // Q and dO: (tokens, head_dim, heads, batch) in blocks of kBlockM rows; K and V in blocks of kBlockN.
-  using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTokens{},
-                                            cute::take<0, 2>(typename Traits::SmemLayoutQ{}),
-                                            cute::Shape<typename Traits::BlockM, typename Traits::HeadDim>{},
-                                            cute::_1{}));
-  using TmaK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTokens{}, typename Traits::SmemLayoutK{},
-                                            cute::Shape<typename Traits::BlockN, typename Traits::HeadDim>{},
-                                            cute::_1{}));
+  // Q and dO: (tokens, head dim, heads, batch) in blocks of kBlockM rows; K and V in blocks of
+  // kBlockN. Q and K have head_dim columns, dO and V head_dim_v.
+  template <class SmemLayout, class Rows, class Columns>
+  using TmaRows = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTokens{}, SmemLayout{},
+                                               cute::Shape<Rows, Columns>{}, cute::_1{}));
+  using TmaQ = TmaRows<decltype(cute::take<0, 2>(typename Traits::SmemLayoutQ{})), typename Traits::BlockM,
+                       typename Traits::HeadDim>;
+  using TmaDO = TmaRows<decltype(cute::take<0, 2>(typename Traits::SmemLayoutDO{})), typename Traits::BlockM,
+                        typename Traits::HeadDimV>;
+  using TmaK = TmaRows<typename Traits::SmemLayoutK, typename Traits::BlockN, typename Traits::HeadDim>;
+  using TmaV = TmaRows<typename Traits::SmemLayoutV, typename Traits::BlockN, typename Traits::HeadDimV>;
 
   TmaQ tma_q;
-  TmaQ tma_dout;
+  TmaDO tma_dout;
   TmaK tma_k;
-  TmaK tma_v;
+  TmaV tma_v;
   TmaTokensShape shape_q;
+  TmaTokensShape shape_dout;
   TmaTokensShape shape_k;
+  TmaTokensShape shape_v;
 
   Problem problem;
   RowTensor dk, dv;

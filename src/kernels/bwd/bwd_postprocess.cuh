@@ -110,23 +110,24 @@ __global__ void __launch_bounds__(kKeyPostprocessThreads) backward_key_postproce
   if (rows <= 0) return;
   const long long first = ws.key_row_index(head_kv, ws.sequence_row(problem.keys, batch) + k_block * kRows);
   const long long batch_index = problem.varlen() ? 0 : batch;
-  const int chunks = problem.head_dim / 8;  // head dims are multiples of 8
-  for (int c = threadIdx.x; c < rows * chunks; c += kKeyPostprocessThreads) {
-    const int r = c / chunks, chunk = c % chunks;
-    const long long at = (first + r) * ws.head_dim + chunk * 8;
-    const long long token = seq.offset + static_cast<long long>(k_block) * kRows + r;
-    auto convert = [&](const float* from, const RowTensor& to) {
-      const float4 lo = *reinterpret_cast<const float4*>(from + at);
-      const float4 hi = *reinterpret_cast<const float4*>(from + at + 4);
+  // One pass per gradient: `columns` real ones of rows `row_length` long in the sums.
+  auto convert = [&](const float* sums, int row_length, int columns, const RowTensor& to) {
+    const int chunks = columns / 8;  // head dims are multiples of 8
+    for (int c = threadIdx.x; c < rows * chunks; c += kKeyPostprocessThreads) {
+      const int r = c / chunks, chunk = c % chunks;
+      const float* from = sums + (first + r) * row_length + chunk * 8;
+      const long long token = seq.offset + static_cast<long long>(k_block) * kRows + r;
+      const float4 lo = *reinterpret_cast<const float4*>(from);
+      const float4 hi = *reinterpret_cast<const float4*>(from + 4);
       const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
       cutlass::Array<Element, 8> out;
       CUTE_UNROLL
       for (int e = 0; e < 8; ++e) out[e] = Element(v[e]);
       *reinterpret_cast<cutlass::Array<Element, 8>*>(to.at<Element>(batch_index, token, head_kv) + chunk * 8) = out;
-    };
-    convert(ws.dk_accum, dk);
-    convert(ws.dv_accum, dv);
-  }
+    }
+  };
+  convert(ws.dk_accum, ws.head_dim, problem.head_dim, dk);
+  convert(ws.dv_accum, ws.head_dim_v, problem.head_dim_v, dv);
 }
 
 }  // namespace hopattn

@@ -18,7 +18,8 @@ namespace hopattn {
 
 inline constexpr int kPreprocessThreads = 256;
 
-template <class Element, int kHeadDim>
+// kHeadDim: the kernel's Q/K head dim (dQ's accumulator rows); kHeadDimV: its V head dim (O, dO).
+template <class Element, int kHeadDim, int kHeadDimV>
 __global__ void __launch_bounds__(kPreprocessThreads) backward_preprocess_kernel(
     const Problem problem, const RowTensor o, const RowTensor dout, const RowTensor lse,
     const BackwardWorkspace ws) {
@@ -26,8 +27,8 @@ __global__ void __launch_bounds__(kPreprocessThreads) backward_preprocess_kernel
   constexpr int kVector = 8;  // 16-byte loads of 16-bit elements
   // A row is read by a power-of-two group of neighbouring lanes, 16 bytes each (at d96 four of the
   // sixteen idle), so that a warp covers whole rows and the row sum is a butterfly within the group.
-  constexpr int kLanesPerRow = kHeadDim / kVector <= 8 ? 8 : kHeadDim / kVector <= 16 ? 16 : 32;
-  static_assert(kHeadDim / kVector <= kLanesPerRow, "a row must fit its lanes");
+  constexpr int kLanesPerRow = kHeadDimV / kVector <= 8 ? 8 : kHeadDimV / kVector <= 16 ? 16 : 32;
+  static_assert(kHeadDimV / kVector <= kLanesPerRow, "a row must fit its lanes");
   constexpr int kRowsPerPass = kPreprocessThreads / kLanesPerRow;
   constexpr int kPasses = kRows / kRowsPerPass;
   allow_next_kernel_to_start();  // the main kernel waits for this one before reading the workspace
@@ -37,7 +38,7 @@ __global__ void __launch_bounds__(kPreprocessThreads) backward_preprocess_kernel
   const long long first = ws.row_index(head, ws.sequence_row(problem.queries, batch) + m_block * kRows);
   const long long batch_index = problem.varlen() ? 0 : batch;
   const int lane_in_row = threadIdx.x % kLanesPerRow;
-  const bool loads = lane_in_row * kVector < problem.head_dim;
+  const bool loads = lane_in_row * kVector < problem.head_dim_v;
 
   // Every load of the block first (many in flight), then the arithmetic, then the stores.
   uint4 a[kPasses], b[kPasses];

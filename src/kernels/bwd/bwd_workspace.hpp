@@ -8,8 +8,9 @@
 //             Without determinism the first one of each (sequence, KV head) counts the key blocks
 //             that have finished instead (finished_key_blocks)
 // With GQA (heads_kv < heads) also, for the head slices (backward_head_slices below):
-//   dk_accum, dv_accum (heads_kv, padded_key_rows, head_dim) fp32, row-major: dK (times the
-//             softmax scale) and dV summed over the slices of a key block
+//   dk_accum, dv_accum (heads_kv, padded_key_rows, head_dim / head_dim_v) fp32, row-major: dK
+//             (times the softmax scale) and dV summed over the slices of a key block
+// Row lengths are the kernel's head dims (HeadDimPair: Q/K's, V's), not the problem's.
 //   kv_semaphores (heads_kv, padded_key_rows / kSemaphoreRows) int32: per key block, how many slices
 //             have added (deterministic mode adds them in slice order)
 //   The main kernel adds into these only when it runs more than one slice; the launch clears them
@@ -44,7 +45,8 @@ struct BackwardWorkspace {
   int32_t* kv_semaphores = nullptr;
   long long padded_rows = 0;      // per head
   long long padded_key_rows = 0;  // per KV head (0 without GQA)
-  int head_dim = 0;               // the kernel's head dim (the accumulators' row length)
+  int head_dim = 0;               // the kernel's Q/K head dim (dq_accum's and dk_accum's row length)
+  int head_dim_v = 0;             // its V head dim (dv_accum's row length)
 
   HOPATTN_HOST_DEVICE static long long round_up(long long x, long long to) { return (x + to - 1) / to * to; }
 
@@ -59,25 +61,27 @@ struct BackwardWorkspace {
   }
 
   // The dK/dV accumulators and their semaphores, which a sliced launch clears.
-  static size_t kv_bytes_for(const Problem& p, int kernel_head_dim) {
+  static size_t kv_bytes_for(const Problem& p, HeadDimPair kernel) {
     const long long rows = static_cast<long long>(p.heads_kv) * padded_key_rows_for(p);
     if (rows == 0) return 0;
-    return static_cast<size_t>(rows) * 2 * sizeof(float) * static_cast<size_t>(kernel_head_dim) + 2 * kAlignment +
+    return static_cast<size_t>(rows) * sizeof(float) * static_cast<size_t>(kernel.qk + kernel.v) + 2 * kAlignment +
            static_cast<size_t>(rows / kSemaphoreRows) * sizeof(int32_t);
   }
 
-  static size_t bytes_for(const Problem& p, int kernel_head_dim) {
+  static size_t bytes_for(const Problem& p, HeadDimPair kernel) {
     const long long rows = static_cast<long long>(p.heads) * padded_rows_for(p);
-    const size_t per_row = sizeof(float) * (2 + static_cast<size_t>(kernel_head_dim));
+    const size_t per_row = sizeof(float) * (2 + static_cast<size_t>(kernel.qk));
     return static_cast<size_t>(rows) * per_row + static_cast<size_t>(rows / kSemaphoreRows) * sizeof(int32_t) +
-           4 * kAlignment + kv_bytes_for(p, kernel_head_dim);
+           4 * kAlignment + kv_bytes_for(p, kernel);
   }
 
   // Carves the arrays out of `base` (16-byte aligned, at least bytes_for() bytes).
-  static BackwardWorkspace carve(void* base, const Problem& p, int kernel_head_dim) {
+  static BackwardWorkspace carve(void* base, const Problem& p, HeadDimPair kernel) {
+    const int kernel_head_dim = kernel.qk;
     BackwardWorkspace w;
     w.padded_rows = padded_rows_for(p);
-    w.head_dim = kernel_head_dim;
+    w.head_dim = kernel.qk;
+    w.head_dim_v = kernel.v;
     const long long rows = static_cast<long long>(p.heads) * w.padded_rows;
     auto aligned = [](uintptr_t x) { return (x + kAlignment - 1) / kAlignment * kAlignment; };
     uintptr_t at = aligned(reinterpret_cast<uintptr_t>(base));
@@ -95,7 +99,7 @@ struct BackwardWorkspace {
       w.dk_accum = reinterpret_cast<float*>(at);
       at = aligned(at + key_rows * static_cast<size_t>(kernel_head_dim) * sizeof(float));
       w.dv_accum = reinterpret_cast<float*>(at);
-      at = at + key_rows * static_cast<size_t>(kernel_head_dim) * sizeof(float);
+      at = at + key_rows * static_cast<size_t>(kernel.v) * sizeof(float);
       w.kv_semaphores = reinterpret_cast<int32_t*>(at);
     }
     return w;

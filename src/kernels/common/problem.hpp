@@ -65,7 +65,8 @@ struct Problem {
   int batch = 0;
   int heads = 0;
   int heads_kv = 0;
-  int head_dim = 0;
+  int head_dim = 0;    // Q and K's last dimension
+  int head_dim_v = 0;  // V, O, dO and dV's (head_dim unless the caller's V has its own)
   // Fixed-length mode: the sequence lengths, and total_tokens = batch * length.
   int max_seqlen_q = 0;
   int max_seqlen_k = 0;

@@ -1,5 +1,5 @@
 // Writes a finished forward tile straight from the accumulator registers (store_accumulator_rows),
-// bounded by the sequence's last row and the real head dim. With no staging buffer, Q's shared
+// bounded by the sequence's last row and the real head dim of V. With no staging buffer, Q's shared
 // memory is free for the next tile as soon as the last S GEMM is done. LSE goes straight from the
 // registers that hold each row's statistics. A piece of a split tile (key splits) leaves its rows
 // in the workspace instead, for the combine kernel (fwd_split_combine.cuh).
@@ -75,14 +75,14 @@ CUTE_DEVICE void store_split_partial(const ForwardParams<Traits>& params, const 
                                      AccO const& tOrO, ThreadMma const& thr_pv, const float (&lse)[kRows], int thread) {
   cute::Tensor o = as_row_col(tOrO);
   cute::Tensor coords = as_row_col(
-      thr_pv.partition_C(cute::make_identity_tensor(cute::Shape<typename Traits::BlockM, typename Traits::HeadDim>{})));
+      thr_pv.partition_C(cute::make_identity_tensor(cute::Shape<typename Traits::BlockM, typename Traits::HeadDimV>{})));
   static_assert(decltype(cute::size<0>(o))::value == kRows, "one LSE per accumulator row");
   CUTE_UNROLL
   for (int r = 0; r < kRows; ++r) {
     const int row = t.first_row + cute::get<0>(coords(r, 0));
     if (!is_query(t, row, pack)) continue;
     const long long at = split_row(params, t, split, row, pack);
-    float* out = params.split_o + at * Traits::kHeadDim;
+    float* out = params.split_o + at * Traits::kHeadDimV;
     CUTE_UNROLL
     for (int c = 0; c < cute::size<1>(o); c += 2) {
       __stcg(reinterpret_cast<float2*>(out + cute::get<1>(coords(r, c))), make_float2(o(r, c), o(r, c + 1)));
@@ -98,8 +98,8 @@ template <class Traits>
 CUTE_DEVICE void store_empty_tile(const ForwardParams<Traits>& params, const ForwardTile& t, int pack, float lse,
                                   int thread, int threads) {
   constexpr int kElementsPerChunk = 16 / sizeof(typename Traits::Element);
-  constexpr int kChunksPerRow = Traits::kHeadDim / kElementsPerChunk;
-  const int chunks = params.problem.head_dim / kElementsPerChunk;
+  constexpr int kChunksPerRow = Traits::kHeadDimV / kElementsPerChunk;
+  const int chunks = params.problem.head_dim_v / kElementsPerChunk;
   for (int i = thread; i < Traits::kBlockM * kChunksPerRow; i += threads) {
     const int row = t.first_row + i / kChunksPerRow;
     const int chunk = i % kChunksPerRow;
@@ -147,7 +147,7 @@ CUTE_DEVICE void store_tile(const ForwardParams<Traits>& params, const ForwardTi
     const int row = t.first_row + tile_row;
     return is_query(t, row, pack) ? output_row(params, t, row, pack) : nullptr;
   };
-  store_accumulator_rows<typename Traits::Element>(tOrO, tScS, 0, params.problem.head_dim, row_pointer, q);
+  store_accumulator_rows<typename Traits::Element>(tOrO, tScS, 0, params.problem.head_dim_v, row_pointer, q);
   if (q == 0) {  // the four threads of a quad share their rows' statistics
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) store_lse(params, t, t.first_row + cute::get<0>(tScS(r, 0)), lse[r], pack);

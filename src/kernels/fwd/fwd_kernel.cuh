@@ -35,12 +35,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     for (auto& b : smem.scheduled_full) b.init(/*arrive_count=*/1);  // the publisher's
   }
 
-  auto pipeline_params = tma_pipeline_params<Pipeline>(warpgroup, Traits::kKVBytes, Traits::kConsumerThreads);
+  auto k_params = tma_pipeline_params<Pipeline>(warpgroup, Traits::kKBytes, Traits::kConsumerThreads);
+  auto v_params = tma_pipeline_params<Pipeline>(warpgroup, Traits::kVBytes, Traits::kConsumerThreads);
   // Gathered key blocks (a paged cache whose pages do not hold whole blocks) complete a stage with
   // the producer lanes' arrivals, not with a TMA transaction (forward_producer).
-  if (Traits::kGathersKeys && params.problem.key_cache.gather) pipeline_params.num_producers = kGatherFullArrivals;
-  Pipeline pipeline_k(smem.pipeline_k, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
-  Pipeline pipeline_v(smem.pipeline_v, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
+  if (Traits::kGathersKeys && params.problem.key_cache.gather) {
+    k_params.num_producers = v_params.num_producers = kGatherFullArrivals;
+  }
+  Pipeline pipeline_k(smem.pipeline_k, k_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
+  Pipeline pipeline_v(smem.pipeline_v, v_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
   __syncthreads();  // barriers initialised before anyone waits on them
   // After a KV cache's append, everything below may read what it writes (the cache, key counts,
   // rotated q): only the set-up above overlaps it.

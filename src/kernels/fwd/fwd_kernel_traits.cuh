@@ -18,11 +18,13 @@
 
 namespace hopattn {
 
-template <typename Element_, int kHeadDim_, class Config_ = ForwardTileConfig<kHeadDim_>>
+// kHeadDim: Q and K's head dim; kHeadDimV: V and O's (head_dim_v pairs, e.g. 192 / 128).
+template <typename Element_, int kHeadDim_, int kHeadDimV_, class Config_ = ForwardTileConfig<kHeadDim_>>
 struct ForwardKernelTraits {
   using Element = Element_;
   using Config = Config_;
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kBlockM = Config::kShape.block_m;
   static constexpr int kBlockN = Config::kShape.block_n;
   static constexpr int kStages = Config::kShape.stages;
@@ -51,7 +53,7 @@ struct ForwardKernelTraits {
   static_assert(kBlockM % 64 == 0 && kConsumerWarpgroups >= 1 && kConsumerWarpgroups <= kMaxConsumerWarpgroups,
                 "each consumer warpgroup owns 64 query rows");
   static_assert(kBlockN % 16 == 0, "P feeds the P V WGMMA in K-steps of 16");
-  static_assert(kHeadDim % 32 == 0, "kernel head dims are multiples of 32");
+  static_assert(kHeadDim % 32 == 0 && kHeadDimV % 32 == 0, "kernel head dims are multiples of 32");
   static_assert(kConsumerWarpgroups * cutlass::NumThreadsPerWarpGroup == kConsumerThreads, "");
   static_assert(register_split_fits(kConsumerWarpgroups, kProducerRegisters, kConsumerRegisters),
                 "the consumers' registers must come from those the producer releases");
@@ -59,6 +61,7 @@ struct ForwardKernelTraits {
   using BlockM = cute::Int<kBlockM>;
   using BlockN = cute::Int<kBlockN>;
   using HeadDim = cute::Int<kHeadDim>;
+  using HeadDimV = cute::Int<kHeadDimV>;
   using WarpgroupLayout = cute::Layout<cute::Shape<cute::Int<kConsumerWarpgroups>, cute::_1, cute::_1>>;
 
   // S = Q K^T: both operands from shared memory, K-major (head dim contiguous).
@@ -67,12 +70,12 @@ struct ForwardKernelTraits {
       WarpgroupLayout{}));
   // O += P V: P from registers, V^T from shared memory with the head dim contiguous (MN-major).
   using TiledMmaPV = decltype(cute::make_tiled_mma(
-      cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, HeadDim, BlockN>,
+      cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, HeadDimV, BlockN>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
       WarpgroupLayout{}));
 
   static_assert(decltype(cute::size<1>(typename TiledMmaQK::AtomShape_MNK{}))::value == kBlockN &&
-                    decltype(cute::size<1>(typename TiledMmaPV::AtomShape_MNK{}))::value == kHeadDim,
+                    decltype(cute::size<1>(typename TiledMmaPV::AtomShape_MNK{}))::value == kHeadDimV,
                 "each GEMM must be one WGMMA atom wide (CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED)");
 
   using SmemLayoutQ = decltype(cute::tile_to_shape(
@@ -80,20 +83,21 @@ struct ForwardKernelTraits {
   using SmemLayoutK = decltype(cute::tile_to_shape(
       widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim>(),
       cute::Shape<BlockN, HeadDim, cute::Int<kStages>>{}));
-  // V is stored as V^T (head_dim, keys) with the head dim contiguous, which is how it sits in
+  // V is stored as V^T (head_dim_v, keys) with the head dim contiguous, which is how it sits in
   // global memory, so TMA loads it without a transpose. The swizzle atoms (64 head-dim elements x
   // 8 keys) are laid out keys first, so that one TMA box covers a 64-wide column of the whole
   // block: head dim first made every atom its own 1 KB box (32 TMA instructions per V block at
   // d128, 40 at d256), and the producer could not keep the ring ahead of the consumers.
   using SmemLayoutVt = decltype(cute::tile_to_shape(
-      widest_swizzle_atom<cute::GMMA::Major::MN, Element, kHeadDim>(),
-      cute::Shape<HeadDim, BlockN, cute::Int<kStages>>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}));
+      widest_swizzle_atom<cute::GMMA::Major::MN, Element, kHeadDimV>(),
+      cute::Shape<HeadDimV, BlockN, cute::Int<kStages>>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}));
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
 
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
-  static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKBytes = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kVBytes = kBlockN * kHeadDimV * sizeof(Element);
 
   // Swizzled TMA destinations need 1024-byte alignment.
   struct SharedStorage {

@@ -122,7 +122,7 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   Params params{};
   params.shape_q = make_shape(q_tokens, int32_t(p.head_dim), int32_t(p.heads), batch);
   params.shape_k = make_shape(k_tokens, int32_t(p.head_dim), int32_t(p.heads_kv), keys.batch);
-  params.shape_vt = make_shape(int32_t(p.head_dim), k_tokens, int32_t(p.heads_kv), keys.batch);
+  params.shape_vt = make_shape(int32_t(p.head_dim_v), k_tokens, int32_t(p.heads_kv), keys.batch);
   auto vt_stride = make_stride(_1{}, tma_stride(t.v.row_stride, k_tokens, k_span),
                                tma_stride(t.v.head_stride, p.heads_kv, k_span),
                                tma_stride(t.v.batch_stride, keys.batch, k_span));
@@ -134,7 +134,7 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   params.tma_k = make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(typename Traits::SmemLayoutK{}),
                                Shape<typename Traits::BlockN, typename Traits::HeadDim>{}, _1{});
   params.tma_vt = make_tma_copy(SM90_TMA_LOAD{}, mVt, take<0, 2>(typename Traits::SmemLayoutVt{}),
-                                Shape<typename Traits::HeadDim, typename Traits::BlockN>{}, _1{});
+                                Shape<typename Traits::HeadDimV, typename Traits::BlockN>{}, _1{});
 
   params.problem = p;
   // A paged cache's pages that do not hold whole key blocks, or keys that start inside a page
@@ -182,7 +182,8 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   constexpr long long kMinCtasPerPair = 2;
   constexpr long long kMinMaskedRounds = 4;
   const bool global_order = !plan.dynamic && ctas >= kMinCtasPerPair * static_cast<long long>(tile_heads) * p.batch;
-  const long long kv_bytes_per_head = 2LL * p.max_seqlen_k * Traits::kHeadDim * sizeof(Element);
+  const long long kv_bytes_per_head =
+      static_cast<long long>(p.max_seqlen_k) * (Traits::kHeadDim + Traits::kHeadDimV) * sizeof(Element);
   const long long kv_heads = global_order ? 0 : TileScheduler::kv_heads_within(device.l2_bytes / 2, kv_bytes_per_head);
   params.scheduler = TileScheduler::make(num_m_blocks, tile_heads, p.batch, group, kv_heads, kMinMaskedRounds * ctas,
                                          /*equal_sections=*/plan.dynamic);
@@ -255,42 +256,42 @@ cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& t
 // variant kScores: the packed tile where the plan packs GQA heads (the only traits that pack), else
 // the unmasked tile where it pays (not for paged caches), else the any-mask tile (the softcap
 // variant's own where it differs).
-template <DType kDType, int kHeadDim, ScoreVariant kScores, class F>
+template <DType kDType, int kHeadDim, int kHeadDimV, ScoreVariant kScores, class F>
 auto with_forward_traits(const Problem& problem, const DeviceLimits& device, F&& f) {
   using Element = typename CutlassElement<kDType>::type;
   using AnyMask = std::conditional_t<kScores == ScoreVariant::kSoftcap, ForwardSoftcapTileConfig<kHeadDim>,
-                                     ForwardTileConfig<kHeadDim>>;
+                                     ForwardTileConfig<kHeadDim, kHeadDimV>>;
   // The wider unmasked tile where it is one of its own (d128), else the any-mask tile.
   using Unmasked = std::conditional_t<ForwardUnmaskedTileConfig<kHeadDim>::kShape == ForwardTileConfig<kHeadDim>::kShape,
                                       AnyMask, ForwardUnmaskedTileConfig<kHeadDim>>;
-  using PackedTraits = ForwardKernelTraits<Element, kHeadDim, ForwardPackedTileConfig<kHeadDim>>;
+  using PackedTraits = ForwardKernelTraits<Element, kHeadDim, kHeadDimV, ForwardPackedTileConfig<kHeadDim>>;
   if (forward_split_plan<PackedTraits>(problem, device, /*workspace=*/false).packed()) return f(PackedTraits{});
   if constexpr (!(AnyMask::kShape == Unmasked::kShape)) {
     // Not for paged caches: its 176-key blocks divide no power-of-two page, and its kernel has no
     // gather path (ForwardKernelTraits::kGathersKeys).
     if (problem.mask.unbounded() && !problem.key_cache.paged() &&
         wider_key_blocks_pay(problem.max_seqlen_k, Unmasked::kShape.block_n)) {
-      return f(ForwardKernelTraits<Element, kHeadDim, Unmasked>{});
+      return f(ForwardKernelTraits<Element, kHeadDim, kHeadDimV, Unmasked>{});
     }
   }
-  return f(ForwardKernelTraits<Element, kHeadDim, AnyMask>{});
+  return f(ForwardKernelTraits<Element, kHeadDim, kHeadDimV, AnyMask>{});
 }
 
 }  // namespace forward_launch_detail
 
-template <DType kDType, int kHeadDim, ScoreVariant kScores>
+template <DType kDType, int kHeadDim, int kHeadDimV, ScoreVariant kScores>
 cudaError_t launch_forward_kernel(const Problem& problem, const ForwardTensors& tensors, const DeviceLimits& device,
                                   void* workspace, cudaStream_t stream) {
   if (score_variant(problem) != kScores) return cudaErrorInvalidValue;  // the dispatcher's job
-  return forward_launch_detail::with_forward_traits<kDType, kHeadDim, kScores>(problem, device, [&](auto traits) {
+  return forward_launch_detail::with_forward_traits<kDType, kHeadDim, kHeadDimV, kScores>(problem, device, [&](auto traits) {
     return forward_launch_detail::launch_forward_tiles<decltype(traits), kScores>(problem, tensors, device, workspace,
                                                                                  stream);
   });
 }
 
-template <DType kDType, int kHeadDim, ScoreVariant kScores>
+template <DType kDType, int kHeadDim, int kHeadDimV, ScoreVariant kScores>
 size_t forward_workspace_bytes(const Problem& problem, const DeviceLimits& device) {
-  return forward_launch_detail::with_forward_traits<kDType, kHeadDim, kScores>(problem, device, [&](auto traits) {
+  return forward_launch_detail::with_forward_traits<kDType, kHeadDim, kHeadDimV, kScores>(problem, device, [&](auto traits) {
     return forward_launch_detail::forward_workspace_bytes_for<decltype(traits)>(problem, device);
   });
 }

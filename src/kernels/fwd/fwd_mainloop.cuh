@@ -129,15 +129,18 @@ inline constexpr int kGatherFullArrivals = cutlass::NumThreadsPerWarp + 1;
 // the lane that holds its entry, so that a warp's 16-byte copies cover 16 whole rows. Measured
 // before this form: a lane per row with the next row's lookup under this row's copies (0.72-1.43
 // TB/s at page sizes 1-64 on the H100), and the rows' own lookups, one branch each, which ptxas
-// serialised into one latency per 32 rows (0.68-0.91 TB/s on the H200). The row loop is not
-// unrolled: unrolled, the copies of all rows spilled the producer's 24 registers. `chunk_at(row,
-// column)` is the shared memory address of a chunk.
-template <class Traits, class ChunkAt>
-CUTE_DEVICE void gather_key_block(const ForwardParams<Traits>& params, const RowTensor& src, const ForwardTile& t,
-                                  int n, ChunkAt chunk_at, int& fault) {
+// serialised into one latency per 32 rows (0.68-0.91 TB/s on the H200). This form: 0.89-0.96 TB/s
+// at page sizes 1-64 where K+V reach 256 MiB, 0.30-0.36 of the contiguous cache (H100, decode
+// 32/8 d128, bench/compare.py decode --quick). The row loop is not unrolled: unrolled, the copies
+// of all rows spilled the producer's 24 registers. `chunk_at(row, column)` is the shared memory
+// address of a chunk; a row has kColumns columns in shared memory (the kernel's head dim of K or
+// V), `columns` of them real.
+template <class Traits, int kColumns, class ChunkAt>
+CUTE_DEVICE void gather_key_block(const ForwardParams<Traits>& params, const RowTensor& src, int columns,
+                                  const ForwardTile& t, int n, ChunkAt chunk_at, int& fault) {
   using Element = typename Traits::Element;
   constexpr int kChunkElements = 16 / sizeof(Element);
-  constexpr int kChunksPerRow = Traits::kHeadDim / kChunkElements;
+  constexpr int kChunksPerRow = kColumns / kChunkElements;
   constexpr int kWarp = cutlass::NumThreadsPerWarp;
   constexpr int kLanesPerRow = 2;
   constexpr int kRowsPerPass = kWarp / kLanesPerRow;
@@ -176,7 +179,7 @@ CUTE_DEVICE void gather_key_block(const ForwardParams<Traits>& params, const Row
     CUTE_UNROLL
     for (int j = 0; j < kChunksPerRow / kLanesPerRow; ++j) {
       const int c = j * kLanesPerRow + lane % kLanesPerRow;
-      const bool copied = real && c * kChunkElements < params.problem.head_dim;
+      const bool copied = real && c * kChunkElements < columns;
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(chunk_at(r, c * kChunkElements)),
                    "l"(copied ? row + c * kChunkElements : row), "r"(copied ? 16 : 0)
                    : "memory");
@@ -194,7 +197,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   cute::Tensor sVt = Smem::vt(smem);
   cute::Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);     // (tokens, D, heads, batch)
   cute::Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);     // (tokens, D, heads_kv, batch)
-  cute::Tensor mVt = params.tma_vt.get_tma_tensor(params.shape_vt);  // (D, tokens, heads_kv, batch)
+  cute::Tensor mVt = params.tma_vt.get_tma_tensor(params.shape_vt);  // (Dv, tokens, heads_kv, batch)
 
   auto state_k = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   auto state_v = cutlass::make_producer_start_state<typename Traits::Pipeline>();
@@ -230,8 +233,8 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
                            Shape<typename Traits::BlockN, typename Traits::HeadDim>{},
                            make_coord(_, _0{}));  // (N, D, blocks, batch)
     cute::Tensor gVt = local_tile(domain_offset(make_coord(_0{}, t.k_offset, _0{}), mVt(_, _, t.head_kv, _)),
-                            Shape<typename Traits::HeadDim, typename Traits::BlockN>{},
-                            make_coord(_0{}, _));  // (D, N, blocks, batch)
+                            Shape<typename Traits::HeadDimV, typename Traits::BlockN>{},
+                            make_coord(_0{}, _));  // (Dv, N, blocks, batch)
     auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
     // (source, destination) pairs; the lambdas below take them whole (C++17 cannot capture a
     // structured binding).
@@ -247,13 +250,14 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     __syncwarp();  // before any lane's store of a fault
     // One K or V^T block into the next stage of its ring. Gathered, each lane's arrival on the
     // stage's full barrier comes when its cp.async copies complete (kGatherFullArrivals), and the
-    // leader's after every lane's fault store (__syncwarp) publishes the fault flag.
+    // leader's after every lane's fault store (__syncwarp) publishes the fault flag. kColumns:
+    // the rows' head dim in shared memory (K's or V's), `columns` the real one.
     auto load = [&](auto& pipeline, auto& storage, auto& state, auto const& tma, auto const& copies, auto chunk_at,
-                    const RowTensor& rows, int n) {
+                    const RowTensor& rows, auto kColumns, int columns, int n) {
       if (gather) {
         storage.empty_barrier_[state.index()].wait(state.phase());
-        gather_key_block<Traits>(params, rows, t, n, [&](int r, int c) { return chunk_at(r, c, state.index()); },
-                                 fault);
+        gather_key_block<Traits, decltype(kColumns)::value>(
+            params, rows, columns, t, n, [&](int r, int c) { return chunk_at(r, c, state.index()); }, fault);
         if (fault) smem.page_faults[tile_slot] = 1;
         cutlass::arch::cpasync_barrier_arrive_noinc(
             reinterpret_cast<uint64_t const*>(&storage.full_barrier_[state.index()]));
@@ -274,8 +278,14 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     };
     auto k_chunk = [&](int r, int c, int stage) { return cute::cast_smem_ptr_to_uint(&sK(r, c, stage)); };
     auto v_chunk = [&](int r, int c, int stage) { return cute::cast_smem_ptr_to_uint(&sVt(c, r, stage)); };
-    auto load_k = [&](int n) { load(pipeline_k, smem.pipeline_k, state_k, params.tma_k, k_copy, k_chunk, params.k, n); };
-    auto load_v = [&](int n) { load(pipeline_v, smem.pipeline_v, state_v, params.tma_vt, v_copy, v_chunk, params.v, n); };
+    auto load_k = [&](int n) {
+      load(pipeline_k, smem.pipeline_k, state_k, params.tma_k, k_copy, k_chunk, params.k, typename Traits::HeadDim{},
+           params.problem.head_dim, n);
+    };
+    auto load_v = [&](int n) {
+      load(pipeline_v, smem.pipeline_v, state_v, params.tma_vt, v_copy, v_chunk, params.v, typename Traits::HeadDimV{},
+           params.problem.head_dim_v, n);
+    };
     load_k(t.n_blocks.end - 1);  // while the consumers may still be in the previous tile's epilogue
     wait_query_released_before<Traits>(smem, round);  // sQ holds the previous tile's Q until then
     if (params.pack > 1) {
@@ -437,7 +447,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
   // same work (docs/perf-log.md).
   OnlineSoftmax<kRows> softmax;
   float rescale[kRows];
-  cute::Tensor tOrO = partition_fragment_C(mma_pv, Shape<typename Traits::BlockM, typename Traits::HeadDim>{});
+  cute::Tensor tOrO = partition_fragment_C(mma_pv, Shape<typename Traits::BlockM, typename Traits::HeadDimV>{});
   cute::Tensor tSrS = partition_fragment_C(mma_qk, Shape<typename Traits::BlockM, typename Traits::BlockN>{});
   cute::Tensor rP = make_tensor_like<Element>(tSrS);
   cute::Tensor tOrP = make_tensor(rP.data(), accumulator_as_a_operand_layout(rP.layout()));

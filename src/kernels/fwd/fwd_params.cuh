@@ -14,7 +14,7 @@ namespace hopattn {
 template <class Traits>
 struct ForwardParams {
   using Element = typename Traits::Element;
-  // Q, K: (tokens, head_dim, heads, batch); V^T: (head_dim, tokens, heads, batch). In varlen mode
+  // Q, K: (tokens, head_dim, heads, batch); V^T: (head_dim_v, tokens, heads, batch). In varlen mode
   // tokens is the packed axis and batch has extent 1. A KV cache's K/V: (capacity, ..., cache
   // rows), or paged (page_size, ..., num_pages) (see key_tensor_extent).
   using ShapeTokens = TmaTokensShape;
@@ -35,7 +35,7 @@ struct ForwardParams {
       cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeTokens{},
                         StrideTransposed{}),
       cute::take<0, 2>(typename Traits::SmemLayoutVt{}),
-      cute::Shape<typename Traits::HeadDim, typename Traits::BlockN>{}, cute::_1{}));
+      cute::Shape<typename Traits::HeadDimV, typename Traits::BlockN>{}, cute::_1{}));
 
   TmaQ tma_q;
   TmaK tma_k;
@@ -67,7 +67,7 @@ struct ForwardParams {
   int32_t* tail_flags;
   float* tail_partials;
   // The key splits' partials (null unless scheduler.key_splits > 1): (splits, output rows,
-  // kHeadDim) and (splits, output rows), see fwd_workspace.cuh.
+  // kHeadDimV) and (splits, output rows), see fwd_workspace.cuh.
   float* split_o;
   float* split_lse;
   long long split_output_rows;

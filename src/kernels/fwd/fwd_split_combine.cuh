@@ -25,8 +25,8 @@ struct SplitCombineShape {
   static constexpr int kWarps = ForwardSplitModel::kCombineRowsPerCta;
   static constexpr int kRows = kWarps;  // output rows per CTA: one per warp in the first step
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kColumnsPerLane = Traits::kHeadDim / 32;  // lane l: columns l, l + 32, ...
-  static_assert(Traits::kHeadDim % 32 == 0, "a warp covers a row in steps of 32 columns");
+  static constexpr int kColumnsPerLane = Traits::kHeadDimV / 32;  // lane l: columns l, l + 32, ...
+  static_assert(Traits::kHeadDimV % 32 == 0, "a warp covers a row in steps of 32 columns");
 };
 
 // The warp's LogSumExp accumulators merged (butterfly: every lane ends with the same value,
@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(SplitCombineShape<Traits>::kThreads)
   constexpr int kRows = Shape::kRows;
   constexpr int kColumns = Shape::kColumnsPerLane;
   __shared__ float row_lse[kRows];
-  __shared__ float sums[kWarps][kRows][Traits::kHeadDim];
+  __shared__ float sums[kWarps][kRows][Traits::kHeadDimV];
 
   // Every CTA waits for the forward kernel, also those past their sequence's rows: a CTA that left
   // before it could let this kernel complete while the forward still runs.
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(SplitCombineShape<Traits>::kThreads)
     for (int r = 0; r < kRows; ++r) {
       const long long at = s * piece_rows + row_at[r];
       piece_lse[r] = __ldcg(params.split_lse + at);
-      const float* o = params.split_o + at * Traits::kHeadDim + lane;
+      const float* o = params.split_o + at * Traits::kHeadDimV + lane;
       CUTE_UNROLL
       for (int c = 0; c < kColumns; ++c) v[r][c] = __ldcg(o + 32 * c);
     }
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(SplitCombineShape<Traits>::kThreads)
     float v = 0.f;
     CUTE_UNROLL
     for (int w = 0; w < kWarps; ++w) v += sums[w][warp][column];
-    if (column < p.head_dim) out[column] = static_cast<Element>(v);
+    if (column < p.head_dim_v) out[column] = static_cast<Element>(v);
   }
   if (lane == 0 && params.lse.data != nullptr) *params.lse.template at<float>(batch, token, head) = row_lse[warp];
 }

@@ -28,8 +28,10 @@ struct ForwardTileShape {
   }
 };
 
-template <int kHeadDim>
-struct ForwardTileConfig;
+// Keyed by the head dims of Q/K and of V; a pair without a tile of its own takes that of its Q/K
+// head dim.
+template <int kHeadDim, int kHeadDimV = kHeadDim>
+struct ForwardTileConfig : ForwardTileConfig<kHeadDim> {};
 
 template <>
 struct ForwardTileConfig<64> {
@@ -47,6 +49,11 @@ struct ForwardTileConfig<128> {
 template <>
 struct ForwardTileConfig<192> {
   static constexpr ForwardTileShape kShape{128, 96, 2, true, true, false};
+};
+template <>
+struct ForwardTileConfig<192, 128> {
+  // FlashAttention-3's choice for this pair: V's smaller blocks leave room for 128 keys a stage.
+  static constexpr ForwardTileShape kShape{128, 128, 2, true, true, false};
 };
 template <>
 struct ForwardTileConfig<256> {

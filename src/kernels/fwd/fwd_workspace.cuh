@@ -10,7 +10,7 @@
 //   partials  (ctas, kSlotFloats) fp32, split tail only: slot c holds CTA c's partial, each
 //             consumer thread's normalised O fragment and its rows' LSE (natural log),
 //             value-major so that a warp's stores and loads of one value are 128 contiguous bytes
-//   split O   (splits, output rows, kHeadDim) fp32, key splits only: each piece's normalised O of
+//   split O   (splits, output rows, kHeadDimV) fp32, key splits only: each piece's normalised O of
 //             every real output row, an output row being a (query token, head) pair in the order
 //             split_output_row() gives; only real rows are written, so a decode problem's workspace
 //             holds its few rows rather than whole tiles
@@ -35,7 +35,7 @@ HOPATTN_HOST_DEVICE long long split_output_row(const Problem& p, int batch, long
 template <class Traits>
 struct ForwardWorkspace {
   static constexpr int kRowsPerThread = 2;  // of a 64-row WGMMA accumulator
-  static constexpr long long kOFloats = static_cast<long long>(Traits::kBlockM) * Traits::kHeadDim;
+  static constexpr long long kOFloats = static_cast<long long>(Traits::kBlockM) * Traits::kHeadDimV;
   static constexpr long long kSlotFloats = kOFloats + kRowsPerThread * Traits::kConsumerThreads;
   static constexpr size_t kAlignment = 256;
 
@@ -45,7 +45,7 @@ struct ForwardWorkspace {
   static size_t tail_bytes(int ctas, bool split) { return split ? ctas * kSlotFloats * sizeof(float) : 0; }
   // The key splits' partials: `splits` pieces of `output_rows` rows (0 splits: none).
   static size_t split_o_bytes(int splits, long long output_rows) {
-    return aligned(static_cast<size_t>(splits) * output_rows * Traits::kHeadDim * sizeof(float));
+    return aligned(static_cast<size_t>(splits) * output_rows * Traits::kHeadDimV * sizeof(float));
   }
   static size_t split_lse_bytes(int splits, long long output_rows) {
     return aligned(static_cast<size_t>(splits) * output_rows * sizeof(float));

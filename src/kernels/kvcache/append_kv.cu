@@ -1,8 +1,10 @@
 // The append + rotary kernel (append_kv.hpp). Grid (sequence, CTAs of that sequence): each thread
 // owns one 8-element chunk (16 bytes) of a head row and loops over the sequence's rows, first
 // the (new token, KV head) rows, whose K and V it writes into the cache, then the (query row,
-// head) rows of q. A CTA first decides with its threads whether the sequence's append fits, so a
-// sequence is appended whole or not at all.
+// head) rows of q. K and q rows have head_dim entries, V rows head_dim_v: a row's threads cover
+// the wider of the two, and a thread whose chunk lies past a row's end skips that row. A CTA
+// first decides with its threads whether the sequence's append fits, so a sequence is appended
+// whole or not at all.
 #include "kernels/kvcache/append_kv.hpp"
 
 #include <cuda_bf16.h>
@@ -19,6 +21,11 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kChunk = 8;                   // elements of one 16-byte access
 constexpr int kMaxCtasPerSequence = 65535;  // gridDim.y's limit; the CTAs loop over rows beyond it
+
+// The threads of one (token, head) row: one per chunk of the wider of the K and V head rows.
+__host__ __device__ int chunks_per_row(const AppendKVParams& p) {
+  return (p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v) / kChunk;
+}
 
 // Eight fp16/bf16 elements as raw bits, so that entries copied unchanged keep their exact bits.
 struct Chunk {
@@ -116,7 +123,7 @@ __global__ void __launch_bounds__(kThreads) append_kv_kernel(const __grid_consta
     p.key_end[b] = fits ? static_cast<int32_t>(filled + keys.length) : kAppendFault;
   }
 
-  const int chunks = p.head_dim / kChunk;
+  const int chunks = chunks_per_row(p);
   const int rows_per_cta = kThreads / chunks;
   const int row_in_cta = threadIdx.x / chunks;
   if (row_in_cta >= rows_per_cta) return;  // the threads past the CTA's last whole row
@@ -140,11 +147,15 @@ __global__ void __launch_bounds__(kThreads) append_kv_kernel(const __grid_consta
         batch = p.cache.page(cache_row, static_cast<int>(position));  // below the capacity: fits
         token = position % p.cache.page_size;
       }
-      copy_chunk<T>(p, p.k_new.at<const uint16_t>(b, keys.offset + t, h), p.k_cache.at<uint16_t>(batch, token, h), d,
-                    start + t, rotary);
-      copy_chunk<T>(p, p.v_new.at<const uint16_t>(b, keys.offset + t, h), p.v_cache.at<uint16_t>(batch, token, h), d, 0,
-                    false);
-    } else {
+      if (d < p.head_dim) {
+        copy_chunk<T>(p, p.k_new.at<const uint16_t>(b, keys.offset + t, h), p.k_cache.at<uint16_t>(batch, token, h), d,
+                      start + t, rotary);
+      }
+      if (d < p.head_dim_v) {
+        copy_chunk<T>(p, p.v_new.at<const uint16_t>(b, keys.offset + t, h), p.v_cache.at<uint16_t>(batch, token, h), d,
+                      0, false);
+      }
+    } else if (d < p.head_dim) {
       const long long q_row = row - kv_rows;
       const long long i = q_row / p.heads;
       const int h = static_cast<int>(q_row % p.heads);
@@ -160,8 +171,9 @@ __global__ void __launch_bounds__(kThreads) append_kv_kernel(const __grid_consta
 
 cudaError_t launch_append_kv(const AppendKVParams& params, cudaStream_t stream) {
   // 16-byte chunks, one head row within a CTA, and pairs of whole chunks.
-  if (params.head_dim <= 0 || params.head_dim % kChunk != 0 || params.head_dim / kChunk > kThreads ||
-      params.rotary_dim % (2 * kChunk) != 0 || params.rotary_dim > params.head_dim) {
+  auto row_fits = [](int dim) { return dim > 0 && dim % kChunk == 0 && dim / kChunk <= kThreads; };
+  if (!row_fits(params.head_dim) || !row_fits(params.head_dim_v) || params.rotary_dim % (2 * kChunk) != 0 ||
+      params.rotary_dim > params.head_dim) {
     return cudaErrorInvalidValue;
   }
   if (params.batch == 0) return cudaSuccess;
@@ -170,7 +182,7 @@ cudaError_t launch_append_kv(const AppendKVParams& params, cudaStream_t stream) 
   const long long rows =
       (params.k_new.data != nullptr ? static_cast<long long>(params.seqlen_new) * params.heads_kv : 0) +
       (params.q_rotated.data != nullptr ? static_cast<long long>(params.seqlen_q) * params.heads : 0);
-  const int rows_per_cta = kThreads / (params.head_dim / kChunk);
+  const int rows_per_cta = kThreads / chunks_per_row(params);
   const long long ctas = std::clamp<long long>((rows + rows_per_cta - 1) / rows_per_cta, 1, kMaxCtasPerSequence);
   const dim3 grid(static_cast<unsigned>(params.batch), static_cast<unsigned>(ctas));
   switch (params.dtype) {

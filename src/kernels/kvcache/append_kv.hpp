@@ -24,7 +24,8 @@ struct AppendKVParams {
   int batch = 0;
   int heads = 0;
   int heads_kv = 0;
-  int head_dim = 0;
+  int head_dim = 0;    // of q and the keys (k_new, k_cache)
+  int head_dim_v = 0;  // of the values (v_new, v_cache); always set, head_dim where they have the same
 
   // New keys/values: (batch, token, head) rows, or in varlen form (batch_stride 0, tokens along
   // the packed axis from cu_seqlens_new[b]). Null data: nothing to append.

@@ -3,6 +3,8 @@
 //      dQ = scale * sum_j dS_ij k_j with P recomputed from the forward's LSE;
 //   2. one warp per (key row, kv head): dV = sum_i P_ij dO_i and dK = scale * sum_i dS_ij q_i over
 //      the visible queries of every query head of the GQA group.
+// Q, K, dQ and dK rows have head_dim entries; V, O, dO and dV rows head_dim_v, so D and
+// dP_ij = dO_i . v_j are sums over head_dim_v, S_ij = q_i . k_j over head_dim.
 #include "kernels/reference/reference_attention.hpp"
 #include "kernels/reference/reference_common.cuh"
 
@@ -44,7 +46,7 @@ __device__ PairGradients<Acc> pair_gradients(const BackwardParams& params, const
     s = maybe_round<T>(c * t, rnd);
   }
   const Acc prob = maybe_round<T>(exp(s - lse), rnd);
-  const Acc dprob = maybe_round<T>(dout.dot(v, p.head_dim, lane), rnd);
+  const Acc dprob = maybe_round<T>(dout.dot(v, p.head_dim_v, lane), rnd);
   return {prob, maybe_round<T>(prob * (dprob - row_dot) * dtanh, rnd)};
 }
 
@@ -59,8 +61,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_dq_kernel(const Ba
 
     WarpRow<Acc> q, dout, o;
     q.load(row_pointer<const T>(t.q, q_at, head), p.head_dim, lane);
-    dout.load(row_pointer<const T>(t.dout, q_at, head), p.head_dim, lane);
-    o.load(row_pointer<const T>(t.o, q_at, head), p.head_dim, lane);
+    dout.load(row_pointer<const T>(t.dout, q_at, head), p.head_dim_v, lane);
+    o.load(row_pointer<const T>(t.o, q_at, head), p.head_dim_v, lane);
+    // Entries past head_dim_v were loaded as 0: summing every lane's entries is the sum over head_dim_v.
     Acc row_dot = 0;
 #pragma unroll
     for (int c = 0; c < kElemsPerLane; ++c) row_dot += dout.x[c] * o.x[c];
@@ -106,7 +109,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_dkdv_kernel(const 
         const RowLocation q_at = at_position(p.queries, b, i);
         WarpRow<Acc> q, dout;
         q.load(row_pointer<const T>(t.q, q_at, head), p.head_dim, lane);
-        dout.load(row_pointer<const T>(t.dout, q_at, head), p.head_dim, lane);
+        dout.load(row_pointer<const T>(t.dout, q_at, head), p.head_dim_v, lane);
         const Acc lse = *row_pointer<const float>(t.lse, q_at, head);
         const Acc row_dot = static_cast<const Acc*>(params.row_dot)[head * p.total_q() + q_at.token];
         const PairGradients<Acc> g = pair_gradients<T, Acc>(params, q, dout, k, v, lse, row_dot, lane);
@@ -118,7 +121,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_dkdv_kernel(const 
       }
     }
     dk.store(row_pointer<T>(t.dk, k_at, head_kv), p.head_dim, lane, static_cast<Acc>(p.softmax_scale));
-    dv.store(row_pointer<T>(t.dv, k_at, head_kv), p.head_dim, lane, Acc(1));
+    dv.store(row_pointer<T>(t.dv, k_at, head_kv), p.head_dim_v, lane, Acc(1));
   });
 }
 

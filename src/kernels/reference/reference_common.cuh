@@ -46,25 +46,26 @@ __device__ __forceinline__ Acc warp_sum(Acc x) {
   return x;
 }
 
-// One row of a (batch, row, head, dim) tensor held across the lanes of a warp.
+// One row of a (batch, row, head, dim) tensor held across the lanes of a warp: its first `dim`
+// entries (head_dim for Q, K and their gradients, head_dim_v for V, O, dO and dV), the rest 0.
 template <typename Acc>
 struct WarpRow {
   Acc x[kElemsPerLane];
 
   template <typename T>
-  __device__ void load(const T* row, int head_dim, int lane) {
+  __device__ void load(const T* row, int dim, int lane) {
 #pragma unroll
     for (int c = 0; c < kElemsPerLane; ++c) {
       const int d = lane + c * kWarpSize;
-      x[c] = d < head_dim ? static_cast<Acc>(to_float(row[d])) : Acc(0);
+      x[c] = d < dim ? static_cast<Acc>(to_float(row[d])) : Acc(0);
     }
   }
   template <typename T>
-  __device__ void store(T* row, int head_dim, int lane, Acc scale) const {
+  __device__ void store(T* row, int dim, int lane, Acc scale) const {
 #pragma unroll
     for (int c = 0; c < kElemsPerLane; ++c) {
       const int d = lane + c * kWarpSize;
-      if (d < head_dim) row[d] = from_float<T>(static_cast<float>(x[c] * scale));
+      if (d < dim) row[d] = from_float<T>(static_cast<float>(x[c] * scale));
     }
   }
   __device__ void zero() {
@@ -73,22 +74,22 @@ struct WarpRow {
   }
   // Full dot product with another row (same on every lane).
   template <typename T>
-  __device__ Acc dot(const T* row, int head_dim, int lane) const {
+  __device__ Acc dot(const T* row, int dim, int lane) const {
     Acc partial = 0;
 #pragma unroll
     for (int c = 0; c < kElemsPerLane; ++c) {
       const int d = lane + c * kWarpSize;
-      if (d < head_dim) partial += x[c] * static_cast<Acc>(to_float(row[d]));
+      if (d < dim) partial += x[c] * static_cast<Acc>(to_float(row[d]));
     }
     return warp_sum(partial);
   }
   // x += alpha * row
   template <typename T>
-  __device__ void axpy(Acc alpha, const T* row, int head_dim, int lane) {
+  __device__ void axpy(Acc alpha, const T* row, int dim, int lane) {
 #pragma unroll
     for (int c = 0; c < kElemsPerLane; ++c) {
       const int d = lane + c * kWarpSize;
-      if (d < head_dim) x[c] += alpha * static_cast<Acc>(to_float(row[d]));
+      if (d < dim) x[c] += alpha * static_cast<Acc>(to_float(row[d]));
     }
   }
 };

@@ -1,5 +1,6 @@
 // GPU reference forward: one warp per (query row, head), two passes over the visible keys
 // (LSE first, then O = sum_j exp(s_j - LSE) v_j), so P is formed exactly as the definition says.
+// Scores are dot products over head_dim (Q, K), O's rows have head_dim_v entries (V's).
 #include "kernels/reference/reference_attention.hpp"
 #include "kernels/reference/reference_common.cuh"
 
@@ -57,9 +58,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reference_forward_kernel(con
     o.zero();
     for (long long j = keys.first; j <= keys.last; ++j) {
       const Acc prob = maybe_round<T>(exp(score(j) - lse), params.round_to_input);
-      o.axpy(prob, row_pointer<const T>(params.tensors.v, at_position(p.keys, b, j), head_kv), p.head_dim, lane);
+      o.axpy(prob, row_pointer<const T>(params.tensors.v, at_position(p.keys, b, j), head_kv), p.head_dim_v, lane);
     }
-    o.store(row_pointer<T>(params.tensors.o, q_at, head), p.head_dim, lane, Acc(1));
+    o.store(row_pointer<T>(params.tensors.o, q_at, head), p.head_dim_v, lane, Acc(1));
     if (params.tensors.lse.data != nullptr && lane == 0) {
       *row_pointer<float>(params.tensors.lse, q_at, head) = static_cast<float>(lse);
     }
