@@ -130,8 +130,8 @@ inline constexpr int kGatherFullArrivals = cutlass::NumThreadsPerWarp + 1;
 // before this form: a lane per row with the next row's lookup under this row's copies (0.72-1.43
 // TB/s at page sizes 1-64 on the H100), and the rows' own lookups, one branch each, which ptxas
 // serialised into one latency per 32 rows (0.68-0.91 TB/s on the H200). This form: 0.89-0.96 TB/s
-// at page sizes 1-64 where K+V reach 256 MiB, 0.30-0.36 of the contiguous cache (H100, decode
-// 32/8 d128, bench/compare.py decode --quick). The row loop is not unrolled: unrolled, the copies
+// at page sizes 1-64 where K+V reach 256 MiB, 0.29-0.32 of the contiguous cache (H100, decode
+// 32/8 d128, bench/compare.py decode --quick): the copies, not the lookups, limit it. The row loop is not unrolled: unrolled, the copies
 // of all rows spilled the producer's 24 registers. `chunk_at(row, column)` is the shared memory
 // address of a chunk; a row has kColumns columns in shared memory (the kernel's head dim of K or
 // V), `columns` of them real.
