@@ -17,6 +17,11 @@ def load(name):
     return module
 
 
+def run_args(compare, *extra):
+    """compare.py run's options parsed from `extra`, with the --json it requires."""
+    return compare.parse_run_args(["--json", "out.json", *extra])
+
+
 def import_without(name, blocked, expression):
     """Imports bench/<name>.py in a fresh interpreter where the `blocked` modules cannot be imported,
     and returns the completed process, whose stdout is print(expression)."""

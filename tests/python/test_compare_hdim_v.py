@@ -12,17 +12,13 @@ import types
 
 import pytest
 
-from bench_scripts import load, table_rows
+from bench_scripts import load, run_args as args, table_rows
 from test_compare_softcap import attend, direct_attention, flat, section, spans_of, write_canned
 
 
 @pytest.fixture(scope="module")
 def compare():
     return load("compare")
-
-
-def args(compare, *extra):
-    return compare.parse_run_args(["--json", "out.json", *extra])
 
 
 # ---- options and problems ----

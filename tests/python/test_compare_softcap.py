@@ -12,16 +12,12 @@ import types
 
 import pytest
 
-from bench_scripts import load, table_rows
+from bench_scripts import load, run_args as args, table_rows
 
 
 @pytest.fixture(scope="module")
 def compare():
     return load("compare")
-
-
-def args(compare, *extra):
-    return compare.parse_run_args(["--json", "out.json", *extra])
 
 
 def section(text, title):
