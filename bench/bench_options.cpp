@@ -108,7 +108,12 @@ BenchOptions parse_options(int argc, char** argv) {
       {"--heads", [&] { spec.heads = number(); }},
       {"--heads-kv", [&] { heads_kv = number(); }},
       {"--headdim", [&] { spec.head_dim = number(); }},
-      {"--headdim-v", [&] { spec.head_dim_v = number(); }},
+      {"--headdim-v",
+       [&] {
+         // Given, it must name a head dim: 0 would silently mean --headdim's.
+         spec.head_dim_v = number();
+         if (spec.head_dim_v < 1) throw std::invalid_argument("--headdim-v must be >= 1");
+       }},
       {"--dtype",
        [&] {
          const std::string t = text();
@@ -158,7 +163,6 @@ BenchOptions parse_options(int argc, char** argv) {
     throw std::invalid_argument("--batch and --seqlen* must be >= 0");
   }
   if (spec.heads < 1 || spec.head_dim < 1) throw std::invalid_argument("--heads and --headdim must be >= 1");
-  if (spec.head_dim_v < 0) throw std::invalid_argument("--headdim-v must be >= 1");
   if (o.warmup < 0) throw std::invalid_argument("--warmup must be >= 0");
   if (o.repetitions < 1) throw std::invalid_argument("--reps must be >= 1");
   spec.heads_kv = heads_kv > 0 ? heads_kv : spec.heads;

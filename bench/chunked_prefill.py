@@ -233,18 +233,11 @@ def markdown_table(rows, peers=PEERS):
 
 def write_report(json_path, out_dir, name):
     """Writes out_dir/name.md from one result file of `compare.py chunked_prefill`; returns its path."""
-    rows, envs = compare.load_rows([json_path])
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md = [f"# hopattn chunked prefill: {name}", "", f"Input: `{Path(json_path).name}`.", ""]
-    md += compare.env_lines(envs)
-    md += ["", "TFLOP/s = 4 * head dim * heads * the causally visible (query, key) pairs (bottom-right per "
-               "sequence, counted exactly) / GPU time of one call, from CUDA-graph replays. TFLOP is one call's "
-               "work; 'page P / contiguous' is hopattn on pages of P keys / hopattn on the packed cache.", ""]
-    md.append(markdown_table(rows))
-    path = out_dir / f"{name}.md"
-    path.write_text("\n".join(md))
-    return path
+    return decode.write_mode_report(
+        json_path, out_dir, name, "chunked prefill",
+        "TFLOP/s = 4 * head dim * heads * the causally visible (query, key) pairs (bottom-right per sequence, "
+        "counted exactly) / GPU time of one call, from CUDA-graph replays. TFLOP is one call's work; 'page P / "
+        "contiguous' is hopattn on pages of P keys / hopattn on the packed cache.", markdown_table)
 
 
 # --------------------------------------------------------------------------------------------

@@ -357,19 +357,26 @@ def report_markdown(rows, peers=PEERS):
     return "\n".join(title + "\n" + body if title else body for title, body in sections if body)
 
 
-def write_report(json_path, out_dir, name):
-    """Writes out_dir/name.md from one result file of `compare.py decode`; returns its path."""
+def write_mode_report(json_path, out_dir, name, title, units, body):
+    """Writes out_dir/name.md from one result file of a compare.py mode: a title, the runs'
+    environment, what the units mean, then body(rows); returns its path."""
     rows, envs = compare.load_rows([json_path])
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    md = [f"# hopattn decode: {name}", "", f"Input: `{Path(json_path).name}`.", ""]
+    md = [f"# hopattn {title}: {name}", "", f"Input: `{Path(json_path).name}`.", ""]
     md += compare.env_lines(envs)
-    md += ["", "TB/s = K+V bytes (2 * batch * seqlen_k * heads_kv * head dim * element size) / GPU time of one "
-               "call, from CUDA-graph replays; ratios are hopattn / the faster of the peers from the same run.", ""]
-    md.append(report_markdown(rows))
+    md += ["", units, "", body(rows)]
     path = out_dir / f"{name}.md"
     path.write_text("\n".join(md))
     return path
+
+
+def write_report(json_path, out_dir, name):
+    """Writes out_dir/name.md from one result file of `compare.py decode`; returns its path."""
+    return write_mode_report(
+        json_path, out_dir, name, "decode",
+        "TB/s = K+V bytes (2 * batch * seqlen_k * heads_kv * head dim * element size) / GPU time of one call, "
+        "from CUDA-graph replays; ratios are hopattn / the faster of the peers from the same run.", report_markdown)
 
 
 # --------------------------------------------------------------------------------------------

@@ -77,7 +77,6 @@ struct BackwardWorkspace {
 
   // Carves the arrays out of `base` (16-byte aligned, at least bytes_for() bytes).
   static BackwardWorkspace carve(void* base, const Problem& p, HeadDimPair kernel) {
-    const int kernel_head_dim = kernel.qk;
     BackwardWorkspace w;
     w.padded_rows = padded_rows_for(p);
     w.head_dim = kernel.qk;
@@ -90,14 +89,14 @@ struct BackwardWorkspace {
     w.dpsum = reinterpret_cast<float*>(at);
     at = aligned(at + rows * sizeof(float));
     w.dq_accum = reinterpret_cast<float*>(at);
-    at = aligned(at + rows * static_cast<size_t>(kernel_head_dim) * sizeof(float));
+    at = aligned(at + rows * static_cast<size_t>(kernel.qk) * sizeof(float));
     w.semaphores = reinterpret_cast<int32_t*>(at);
     w.padded_key_rows = padded_key_rows_for(p);
     if (w.padded_key_rows > 0) {
       const long long key_rows = static_cast<long long>(p.heads_kv) * w.padded_key_rows;
       at = aligned(at + (rows / kSemaphoreRows) * sizeof(int32_t));
       w.dk_accum = reinterpret_cast<float*>(at);
-      at = aligned(at + key_rows * static_cast<size_t>(kernel_head_dim) * sizeof(float));
+      at = aligned(at + key_rows * static_cast<size_t>(kernel.qk) * sizeof(float));
       w.dv_accum = reinterpret_cast<float*>(at);
       at = at + key_rows * static_cast<size_t>(kernel.v) * sizeof(float);
       w.kv_semaphores = reinterpret_cast<int32_t*>(at);
