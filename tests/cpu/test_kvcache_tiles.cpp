@@ -2,7 +2,8 @@
 // code: random calls validated as forward_kvcache validates them (validate_kvcache, with host
 // arrays standing in for the device ones), then every tile of the schedule (forward_tile) and
 // every key it reads located the way the producer warp locates it (key_block_coord for whole
-// blocks by TMA, gathered_block / gathered_page for gathered rows). Each must be the cache
+// blocks by TMA, page_box_coord for boxes by TMA, gathered_block / gathered_page for gathered
+// rows). Each must be the cache
 // position that the definition in docs/semantics.md gives (cache row from cache_batch_idx,
 // position after the left padding, page through the table), and a sequence must fault exactly
 // where the definition says its keys are not in the cache.
@@ -34,13 +35,13 @@ struct CachePosition {
 TEST(KVCacheTiles, EveryKeyReadComesFromItsCachePosition) {
   std::mt19937 rng(29);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  const int page_sizes[] = {0, 0, 1, 3, 16, 64, 128, 256, 352};
+  const int page_sizes[] = {0, 0, 1, 3, 16, 32, 48, 64, 128, 256, 352};
   const int blocks_n[] = {64, 80, 96, 128, 176};
-  int faulted_tiles = 0, gathered = 0, tma_paged = 0;
+  int faulted_tiles = 0, gathered = 0, boxed = 0, tma_paged = 0;
   for (int trial = 0; trial < 400; ++trial) {
     const int batch = pick(1, 4), heads_kv = pick(1, 3), group = pick(1, 4), seqlen_q = pick(1, 40);
     const int heads = heads_kv * group, head_dim = 64;
-    const int page_size = page_sizes[pick(0, 8)];
+    const int page_size = page_sizes[pick(0, 10)];
     const bool paged = page_size > 0;
     const int max_pages = pick(1, 8);
     const int capacity = paged ? max_pages * page_size : pick(1, 600);
@@ -84,8 +85,7 @@ TEST(KVCacheTiles, EveryKeyReadComesFromItsCachePosition) {
     ASSERT_TRUE(status.ok()) << status.message();
     Problem p = call.problem;
     const int block_m = 128, block_n = blocks_n[pick(0, 4)];
-    // As make_forward_params decides it.
-    p.key_cache.gather = paged && (leftpad || page_size % block_n != 0);
+    choose_paged_loads(p.key_cache, leftpad, block_n);  // as make_forward_params does
     const int pack = pick(0, 1) == 1 ? group : 1;
     TileScheduler scheduler = TileScheduler::make((seqlen_q * pack + block_m - 1) / block_m, heads / pack, batch,
                                                   group / pack, pick(0, 3), 0);
@@ -94,7 +94,7 @@ TEST(KVCacheTiles, EveryKeyReadComesFromItsCachePosition) {
       return ::testing::Message() << "trial " << trial << " batch " << batch << (paged ? " page " : " contiguous ")
                                   << page_size << " capacity " << capacity << " bn " << block_n
                                   << (batch_index ? " batch_idx" : "") << (leftpad ? " leftpad" : "")
-                                  << (p.key_cache.gather ? " gather" : "");
+                                  << (p.key_cache.gather ? " gather" : "") << (p.key_cache.page_boxes ? " boxes" : "");
     };
 
     auto definition = [&](int b, long long key) -> CachePosition {
@@ -138,6 +138,26 @@ TEST(KVCacheTiles, EveryKeyReadComesFromItsCachePosition) {
           }
           continue;
         }
+        if (p.key_cache.page_boxes) {
+          ++boxed;
+          // Box by box, each on one page; boxes past the sequence's keys read zeros.
+          for (int box = 0; box < block_n / kPageBoxRows; ++box) {
+            const KeyBlockCoord at = page_box_coord(p.key_cache, t, n, box, block_n);
+            const int first_key = n * block_n + box * kPageBoxRows;
+            if (first_key >= t.seqlen_k) {
+              ASSERT_TRUE(at.batch == num_pages && !at.fault) << describe() << " box " << box << " of block " << n;
+              continue;
+            }
+            ASSERT_EQ(at.fault, definition(b, first_key).row < 0) << describe() << " key " << first_key;
+            if (at.fault) continue;
+            for (int key = first_key; key < std::min(first_key + kPageBoxRows, t.seqlen_k); ++key) {
+              const CachePosition want = definition(b, key);
+              ASSERT_EQ(at.batch, want.row) << describe() << " key " << key;
+              ASSERT_EQ(at.block * kPageBoxRows + (key - first_key), want.position) << describe() << " key " << key;
+            }
+          }
+          continue;
+        }
         const KeyBlockCoord at = key_block_coord(p.key_cache, t, n, block_n);
         if (paged) ++tma_paged;
         // A whole block's copy: one fault flag for it, taken from its first key's page, which
@@ -158,6 +178,7 @@ TEST(KVCacheTiles, EveryKeyReadComesFromItsCachePosition) {
   // The random problems reach every path.
   EXPECT_GT(faulted_tiles, 0);
   EXPECT_GT(gathered, 0);
+  EXPECT_GT(boxed, 0);
   EXPECT_GT(tma_paged, 0);
 }
 

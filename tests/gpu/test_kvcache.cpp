@@ -2,7 +2,7 @@
 // parameter space of FlashAttention-3's kvcache tests: query rows 1 to past a tile, fixed and
 // varlen queries, caches from empty to full, new keys appended (0, 1 or several per sequence),
 // rotary embedding in both layouts, contiguous and paged caches (page sizes 1 to 256 with shuffled
-// page tables, pages that hold whole key blocks and pages that do not), cache_batch_idx, left
+// page tables; pages that hold whole key blocks, whole boxes of 16 keys, or neither), cache_batch_idx, left
 // padding, causal and local masks, MHA/GQA/MQA, kernel and non-kernel head dims, key splits. Each
 // call is checked three ways: the cache after the call bitwise against the CPU append reference
 // (new rows rotated where asked, every other element unchanged), O and LSE against the float64
@@ -504,7 +504,7 @@ std::vector<NamedKVCase> kvcache_cases() {
     }
   }
   // Chunked prefill through forward() with a page table: varlen queries against paged caches.
-  for (int page : {16, 128, 256, 3}) {
+  for (int page : {16, 128, 256, 3, 48}) {
     KVCacheSpec s;
     s.through_forward = true;
     s.varlen_q = {300, 1, 77};

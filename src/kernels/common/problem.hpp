@@ -40,8 +40,11 @@ struct KeyCache {
   int max_pages = 0;                    // pages a sequence can own (the table's columns)
   int rows = 0;                         // the cache's batch rows (page table rows when paged)
   const int32_t* batch_index = nullptr; // optional: cache row of sequence b; default b
-  // Whether the producer gathers K/V rows one by one (pages that do not line up with key blocks,
-  // or left padding inside pages) instead of taking a key block with one TMA copy.
+  // How the forward's producer loads a paged cache's key blocks (choose_paged_loads, at launch):
+  // by default one TMA copy a block (pages of whole blocks); `page_boxes`: one TMA copy per box
+  // of kPageBoxRows keys, each from its own page (pages of whole boxes); `gather`: row by row
+  // (any other page size, or left padding inside pages).
+  bool page_boxes = false;
   bool gather = false;
 
   HOPATTN_HOST_DEVICE bool enabled() const { return rows > 0; }

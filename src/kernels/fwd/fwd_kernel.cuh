@@ -30,6 +30,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_vt.get_tma_descriptor());
+    if (Traits::kLoadsSmallPages && params.problem.key_cache.page_boxes) {
+      cute::prefetch_tma_descriptor(params.tma_k_box.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(params.tma_vt_box.get_tma_descriptor());
+    }
     smem.q_full.init(/*arrive_count=*/2);  // the producer's and the publisher's
     smem.q_released.init(Traits::kQueryReleaseArrivals);
     for (auto& b : smem.scheduled_full) b.init(/*arrive_count=*/1);  // the publisher's
@@ -39,7 +43,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   auto v_params = tma_pipeline_params<Pipeline>(warpgroup, Traits::kVBytes, Traits::kConsumerThreads);
   // Gathered key blocks (a paged cache whose pages do not hold whole blocks) complete a stage with
   // the producer lanes' arrivals, not with a TMA transaction (forward_producer).
-  if (Traits::kGathersKeys && params.problem.key_cache.gather) {
+  if (Traits::kLoadsSmallPages && params.problem.key_cache.gather) {
     k_params.num_producers = v_params.num_producers = kGatherFullArrivals;
   }
   Pipeline pipeline_k(smem.pipeline_k, k_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});

@@ -34,11 +34,11 @@ struct ForwardKernelTraits {
   // Whether this is the tile of packed GQA rows (forward_kernel's kPackedRows, see
   // with_forward_traits): its kernel is the packed one, the others' the plain one.
   static constexpr bool kPackedRows = std::is_same_v<Config, ForwardPackedTileConfig<kHeadDim>>;
-  // Whether the producer can gather a paged KV cache's rows (pages that do not hold whole key
-  // blocks): not in the wider unmasked tile, whose 176-key blocks split every power-of-two page
-  // and whose producer spilled with the gather's state; paged caches never take it
-  // (with_forward_traits).
-  static constexpr bool kGathersKeys = !std::is_same_v<Config, ForwardUnmaskedTileConfig<kHeadDim>>;
+  // Whether the producer can load a paged KV cache whose pages do not hold whole key blocks (in
+  // boxes or gathered row by row): not in the wider unmasked tile, whose 176-key blocks split
+  // every power-of-two page and whose producer spilled with the gather's state; paged caches
+  // never take it (with_forward_traits).
+  static constexpr bool kLoadsSmallPages = !std::is_same_v<Config, ForwardUnmaskedTileConfig<kHeadDim>>;
 
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * cutlass::NumThreadsPerWarpGroup;
@@ -91,6 +91,16 @@ struct ForwardKernelTraits {
   using SmemLayoutVt = decltype(cute::tile_to_shape(
       widest_swizzle_atom<cute::GMMA::Major::MN, Element, kHeadDimV>(),
       cute::Shape<HeadDimV, BlockN, cute::Int<kStages>>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}));
+
+  // A paged KV cache whose pages hold whole boxes of kPageBoxRows keys but not whole key blocks
+  // takes each block as boxes, one TMA copy each from its own page (KeyCache::page_boxes).
+  using PageBoxRows = cute::Int<kPageBoxRows>;
+  static_assert(kBlockN % kPageBoxRows == 0, "a key block is whole boxes");
+  using SmemLayoutKBox = decltype(cute::tile_to_shape(
+      widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim>(), cute::Shape<PageBoxRows, HeadDim>{}));
+  using SmemLayoutVtBox = decltype(cute::tile_to_shape(
+      widest_swizzle_atom<cute::GMMA::Major::MN, Element, kHeadDimV>(), cute::Shape<HeadDimV, PageBoxRows>{},
+      cute::Step<cute::_2, cute::_1>{}));
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;

@@ -137,10 +137,16 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
                                 Shape<typename Traits::HeadDimV, typename Traits::BlockN>{}, _1{});
 
   params.problem = p;
-  // A paged cache's pages that do not hold whole key blocks, or keys that start inside a page
-  // (left padding), are gathered row by row; other pages take one TMA copy per key block.
-  params.problem.key_cache.gather =
-      p.key_cache.paged() && (p.keys.start != nullptr || p.key_cache.page_size % Traits::kBlockN != 0);
+  // A paged cache's pages that hold whole key blocks take one TMA copy per block; pages that hold
+  // whole boxes of kPageBoxRows keys one per box; other pages, or keys that start inside a page
+  // (left padding), are gathered row by row.
+  choose_paged_loads(params.problem.key_cache, p.keys.start != nullptr, Traits::kBlockN);
+  if (params.problem.key_cache.page_boxes) {
+    params.tma_k_box = make_tma_copy(SM90_TMA_LOAD{}, mK, typename Traits::SmemLayoutKBox{},
+                                     Shape<typename Traits::PageBoxRows, typename Traits::HeadDim>{}, _1{});
+    params.tma_vt_box = make_tma_copy(SM90_TMA_LOAD{}, mVt, typename Traits::SmemLayoutVtBox{},
+                                      Shape<typename Traits::HeadDimV, typename Traits::PageBoxRows>{}, _1{});
+  }
   params.q = t.q;
   params.k = t.k;
   params.v = t.v;
@@ -245,8 +251,11 @@ cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& t
   const ForwardParams<Traits> params = make_forward_params<Traits>(problem, tensors, device, workspace);
   const int tiles = params.scheduler.total_tiles();
   if (tiles == 0) return cudaSuccess;
-  // with_forward_traits never gives a gathering problem a tile without the gather path.
-  if (params.problem.key_cache.gather && !Traits::kGathersKeys) return cudaErrorInvalidValue;
+  // with_forward_traits never gives a problem of pages smaller than a key block a tile without
+  // the paths for them.
+  if ((params.problem.key_cache.gather || params.problem.key_cache.page_boxes) && !Traits::kLoadsSmallPages) {
+    return cudaErrorInvalidValue;
+  }
 
   return launch_forward_grid<Traits, &forward_kernel<Traits, Traits::kPackedRows, kScores>>(problem, params, device,
                                                                                              stream);
@@ -268,7 +277,7 @@ auto with_forward_traits(const Problem& problem, const DeviceLimits& device, F&&
   if (forward_split_plan<PackedTraits>(problem, device, /*workspace=*/false).packed()) return f(PackedTraits{});
   if constexpr (!(AnyMask::kShape == Unmasked::kShape)) {
     // Not for paged caches: its 176-key blocks divide no power-of-two page, and its kernel has no
-    // gather path (ForwardKernelTraits::kGathersKeys).
+    // path for smaller pages (ForwardKernelTraits::kLoadsSmallPages).
     if (problem.mask.unbounded() && !problem.key_cache.paged() &&
         wider_key_blocks_pay(problem.max_seqlen_k, Unmasked::kShape.block_n)) {
       return f(ForwardKernelTraits<Element, kHeadDim, kHeadDimV, Unmasked>{});

@@ -120,7 +120,8 @@ CUTE_DEVICE void forward_tile_publisher(const ForwardParams<Traits>& params, typ
 // done (cp.async.mbarrier.arrive.noinc), and the leader's once every lane stored its fault flag.
 inline constexpr int kGatherFullArrivals = cutlass::NumThreadsPerWarp + 1;
 
-// Key block n of a paged KV cache whose pages do not line up with key blocks, row by row with
+// Key block n of a paged KV cache whose pages hold neither whole key blocks nor whole boxes of
+// kPageBoxRows keys (or whose keys start inside a page), row by row with
 // cp.async into one stage of sK (sVt), zero-filling rows past the sequence, columns past the head
 // dim and rows whose page lies outside the cache (which also sets `fault`). The block's keys are
 // consecutive positions of the cache row, so their pages are consecutive entries of the table's
@@ -202,7 +203,8 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   auto state_k = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   auto state_v = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   const bool leader = threadIdx.x == 0;
-  const bool gather = Traits::kGathersKeys && params.problem.key_cache.gather;
+  const bool gather = Traits::kLoadsSmallPages && params.problem.key_cache.gather;
+  const bool boxes = Traits::kLoadsSmallPages && params.problem.key_cache.page_boxes;
   const int total_tiles = params.scheduler.total_tiles();
   int round = 0;
   int slot = 0;
@@ -240,6 +242,18 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     // structured binding).
     const auto k_copy = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
     const auto v_copy = tma_partition(params.tma_vt, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
+    // Pages of whole boxes (KeyCache::page_boxes): a stage as boxes of kPageBoxRows keys, and the
+    // cache as (box rows, head dim, box of the page, page).
+    using BoxK = Shape<typename Traits::PageBoxRows, typename Traits::HeadDim>;
+    using BoxVt = Shape<typename Traits::HeadDimV, typename Traits::PageBoxRows>;
+    cute::Tensor gKBox = local_tile(mK(_, _, t.head_kv, _), BoxK{}, make_coord(_, _0{}));      // (B, D, boxes, pages)
+    cute::Tensor gVtBox = local_tile(mVt(_, _, t.head_kv, _), BoxVt{}, make_coord(_0{}, _));  // (Dv, B, boxes, pages)
+    cute::Tensor sKBox = flat_divide(sK, BoxK{})(_, _, _, _0{}, _);     // (B, D, boxes, stages)
+    cute::Tensor sVtBox = flat_divide(sVt, BoxVt{})(_, _, _0{}, _, _);  // (Dv, B, boxes, stages)
+    const auto k_box_copy =
+        tma_partition(params.tma_k_box, _0{}, Layout<_1>{}, group_modes<0, 2>(sKBox), group_modes<0, 2>(gKBox));
+    const auto v_box_copy =
+        tma_partition(params.tma_vt_box, _0{}, Layout<_1>{}, group_modes<0, 2>(sVtBox), group_modes<0, 2>(gVtBox));
 
     // The fault flag of this tile's slot: set before the arrivals on its stages, so that the
     // consumers, who read it after their last wait, see it. The slot's previous tile (three
@@ -252,9 +266,26 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     // stage's full barrier comes when its cp.async copies complete (kGatherFullArrivals), and the
     // leader's after every lane's fault store (__syncwarp) publishes the fault flag. kColumns:
     // the rows' head dim in shared memory (K's or V's), `columns` the real one.
-    auto load = [&](auto& pipeline, auto& storage, auto& state, auto const& tma, auto const& copies, auto chunk_at,
-                    const RowTensor& rows, auto kColumns, int columns, int n) {
-      if (gather) {
+    auto load = [&](auto& pipeline, auto& storage, auto& state, auto const& tma, auto const& copies,
+                    auto const& box_tma, auto const& box_copies, auto chunk_at, const RowTensor& rows, auto kColumns,
+                    int columns, int n) {
+      if (boxes) {
+        // Each of the block's boxes has a lane, which looks up its page (one table latency a
+        // block) and, once the stage is free, issues its copy.
+        constexpr int kBoxes = Traits::kBlockN / kPageBoxRows;
+        const int lane = threadIdx.x % cutlass::NumThreadsPerWarp;
+        const KeyBlockCoord at = lane < kBoxes ? page_box_coord(params.problem.key_cache, t, n, lane, Traits::kBlockN)
+                                               : KeyBlockCoord{0, 0, false};
+        if (__any_sync(0xffffffff, at.fault) && leader) smem.page_faults[tile_slot] = 1;
+        asm volatile("" ::: "memory");  // the fault store stays before the arrival below
+        // Every lane waits for the stage; the leader's expected bytes cover all boxes, whose
+        // copies may complete before it (the stage cannot complete without its arrival).
+        pipeline.producer_acquire(state);
+        if (lane < kBoxes) {
+          copy(box_tma.with(*pipeline.producer_get_barrier(state)), get<0>(box_copies)(_, at.block, at.batch),
+               get<1>(box_copies)(_, lane, state.index()));
+        }
+      } else if (gather) {
         storage.empty_barrier_[state.index()].wait(state.phase());
         gather_key_block<Traits, decltype(kColumns)::value>(
             params, rows, columns, t, n, [&](int r, int c) { return chunk_at(r, c, state.index()); }, fault);
@@ -279,12 +310,12 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     auto k_chunk = [&](int r, int c, int stage) { return cute::cast_smem_ptr_to_uint(&sK(r, c, stage)); };
     auto v_chunk = [&](int r, int c, int stage) { return cute::cast_smem_ptr_to_uint(&sVt(c, r, stage)); };
     auto load_k = [&](int n) {
-      load(pipeline_k, smem.pipeline_k, state_k, params.tma_k, k_copy, k_chunk, params.k, typename Traits::HeadDim{},
-           params.problem.head_dim, n);
+      load(pipeline_k, smem.pipeline_k, state_k, params.tma_k, k_copy, params.tma_k_box, k_box_copy, k_chunk, params.k,
+           typename Traits::HeadDim{}, params.problem.head_dim, n);
     };
     auto load_v = [&](int n) {
-      load(pipeline_v, smem.pipeline_v, state_v, params.tma_vt, v_copy, v_chunk, params.v, typename Traits::HeadDimV{},
-           params.problem.head_dim_v, n);
+      load(pipeline_v, smem.pipeline_v, state_v, params.tma_vt, v_copy, params.tma_vt_box, v_box_copy, v_chunk,
+           params.v, typename Traits::HeadDimV{}, params.problem.head_dim_v, n);
     };
     load_k(t.n_blocks.end - 1);  // while the consumers may still be in the previous tile's epilogue
     wait_query_released_before<Traits>(smem, round);  // sQ holds the previous tile's Q until then

@@ -37,9 +37,25 @@ struct ForwardParams {
       cute::take<0, 2>(typename Traits::SmemLayoutVt{}),
       cute::Shape<typename Traits::HeadDimV, typename Traits::BlockN>{}, cute::_1{}));
 
+  // The same tensors in boxes of Traits::kPageBoxRows keys, for a paged cache whose pages do not
+  // hold whole key blocks (problem.key_cache.page_boxes; default-constructed otherwise).
+  using TmaKBox = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_LOAD{},
+      cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeTokens{}, StrideTokens{}),
+      typename Traits::SmemLayoutKBox{}, cute::Shape<typename Traits::PageBoxRows, typename Traits::HeadDim>{},
+      cute::_1{}));
+  using TmaVtBox = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_LOAD{},
+      cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeTokens{},
+                        StrideTransposed{}),
+      typename Traits::SmemLayoutVtBox{}, cute::Shape<typename Traits::HeadDimV, typename Traits::PageBoxRows>{},
+      cute::_1{}));
+
   TmaQ tma_q;
   TmaK tma_k;
   TmaVt tma_vt;
+  TmaKBox tma_k_box;
+  TmaVtBox tma_vt_box;
   ShapeTokens shape_q;
   ShapeTokens shape_k;
   ShapeTokens shape_vt;

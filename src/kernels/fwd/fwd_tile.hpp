@@ -62,6 +62,34 @@ HOPATTN_HOST_DEVICE KeyBlockCoord key_block_coord(const KeyCache& cache, const F
   return KeyBlockCoord{n % (cache.page_size / block_n), page, false};
 }
 
+// Keys per TMA box where a paged KV cache's pages hold whole boxes but not whole key blocks
+// (KeyCache::page_boxes): two rows of 128-byte swizzle atoms, so that a box lands in a stage
+// exactly as the same rows of a whole-block copy do; the page sizes engines use (16 and up, powers
+// of two) are multiples of it.
+inline constexpr int kPageBoxRows = 16;
+
+// How the forward's producer loads a paged cache's key blocks of block_n keys (KeyCache::gather
+// and page_boxes; neither: one TMA copy a block), `left_padded` where the keys may start inside a
+// page (cache_leftpad).
+HOPATTN_HOST_DEVICE void choose_paged_loads(KeyCache& cache, bool left_padded, int block_n) {
+  cache.gather = cache.paged() && (left_padded || cache.page_size % kPageBoxRows != 0);
+  cache.page_boxes = cache.paged() && !cache.gather && cache.page_size % block_n != 0;
+}
+
+// Where box b of key block n lies in K/V's TMA tensors, for a paged cache whose pages hold whole
+// boxes of kPageBoxRows keys but not whole blocks (KeyCache::page_boxes): (box along the page's
+// token axis, page). The box's keys are positions n * block_n + b * kPageBoxRows on of the cache
+// row, all on one page. A box past the sequence's keys points past the tensor, where TMA reads
+// nothing and fills zeros, as does one on a page outside the cache, which is a fault.
+HOPATTN_HOST_DEVICE KeyBlockCoord page_box_coord(const KeyCache& cache, const ForwardTile& t, int n, int b,
+                                                 int block_n) {
+  const int position = n * block_n + b * kPageBoxRows;
+  if (position >= t.seqlen_k) return KeyBlockCoord{0, cache.num_pages, false};
+  const int page = cache.page(t.kv_batch, position);
+  if (page < 0) return KeyBlockCoord{0, cache.num_pages, true};
+  return KeyBlockCoord{position % cache.page_size / kPageBoxRows, page, false};
+}
+
 // Key block n of tile t in a paged cache whose rows are gathered one by one: its keys are the
 // positions [first, end) of the cache row, so their pages are the consecutive table entries from
 // first_entry on (the producer loads them all at once, then gives each row its entry's page).
