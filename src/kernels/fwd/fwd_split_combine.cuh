@@ -3,11 +3,12 @@
 // and LSE by the rule the split tail's owners use (log_sum_exp.hpp):
 //   lse = log(sum_s exp(lse_s)),   O = sum_s exp(lse_s - lse) * O_s.
 // A CTA takes kRows output rows of one sequence. First each warp works out one row's lse, its
-// lanes reading the pieces' LSE side by side; then every warp sums its share of the pieces (piece
-// s goes to warp s % kWarps) for all kRows rows, so that a few rows with many pieces (decode with
-// MQA: 32 rows, 128 pieces) still have kWarps * kRows independent loads in flight; last, the
-// warps' sums are added in warp order. Every order is fixed, so the result is the same on every
-// run, whatever CTA finished which piece first.
+// lanes reading the pieces' LSE side by side; then every warp sums its share of the pieces
+// (kPiecesPerRound consecutive pieces a round, rounds dealt to the warps in turn) for all kRows
+// rows, so that a few rows with many pieces (decode with MQA: 32 rows, 128 pieces, 8 CTAs) have
+// kWarps * kPiecesPerRound * kRows independent loads in flight; last, the warps' sums are added in
+// warp order. Every order is fixed, so the result is the same on every run, whatever CTA finished
+// which piece first.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -27,6 +28,11 @@ struct SplitCombineShape {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kColumnsPerLane = Traits::kHeadDimV / 32;  // lane l: columns l, l + 32, ...
   static_assert(Traits::kHeadDimV % 32 == 0, "a warp covers a row in steps of 32 columns");
+  // Pieces whose loads a warp issues before it uses any: one memory latency per round. With one
+  // piece a round, MQA decode's 128 pieces took 32 latencies per warp (32/1 heads, 32k keys, b1:
+  // 0.25 TB/s on the H200 against 0.42 with 32 pieces). 16 values of O per lane and round keep the
+  // registers in bounds at every head dim (d256: two pieces).
+  static constexpr int kPiecesPerRound = kColumnsPerLane >= 16 ? 1 : 16 / kColumnsPerLane;
 };
 
 // The warp's LogSumExp accumulators merged (butterfly: every lane ends with the same value,
@@ -53,6 +59,7 @@ __global__ void __launch_bounds__(SplitCombineShape<Traits>::kThreads)
   constexpr int kWarps = Shape::kWarps;
   constexpr int kRows = Shape::kRows;
   constexpr int kColumns = Shape::kColumnsPerLane;
+  constexpr int kPieces = Shape::kPiecesPerRound;
   __shared__ float row_lse[kRows];
   __shared__ float sums[kWarps][kRows][Traits::kHeadDimV];
 
@@ -89,9 +96,9 @@ __global__ void __launch_bounds__(SplitCombineShape<Traits>::kThreads)
 
   // 2. This warp's pieces, weighted. A piece that saw no key (LSE -inf, weight 0) left no O: its
   // slot is read (it lies inside the workspace) but never used; rows past the sequence read row
-  // 0's slots, also unused. All of a piece's loads (every row's LSE and O) are issued before any
-  // is used: a row at a time, each row's weight waited for its LSE before the next row's loads
-  // went out, one memory latency per piece and row.
+  // 0's slots, and pieces past the last the last one's, also unused. All of a round's loads (every
+  // piece's and row's LSE and O) are issued before any is used: a row at a time, each row's weight
+  // waited for its LSE before the next row's loads went out, one memory latency per piece and row.
   float acc[kRows][kColumns];
   long long row_at[kRows];
   bool live[kRows];
@@ -102,25 +109,33 @@ __global__ void __launch_bounds__(SplitCombineShape<Traits>::kThreads)
     CUTE_UNROLL
     for (int c = 0; c < kColumns; ++c) acc[r][c] = 0.f;
   }
-  for (int s = warp; s < splits; s += kWarps) {
-    float piece_lse[kRows];
-    float v[kRows][kColumns];
+  for (int round = warp * kPieces; round < splits; round += kWarps * kPieces) {
+    float piece_lse[kPieces][kRows];
+    float v[kPieces][kRows][kColumns];
     CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) {
-      const long long at = s * piece_rows + row_at[r];
-      piece_lse[r] = __ldcg(params.split_lse + at);
-      const float* o = params.split_o + at * Traits::kHeadDimV + lane;
+    for (int u = 0; u < kPieces; ++u) {
+      const long long s = min(round + u, splits - 1);
       CUTE_UNROLL
-      for (int c = 0; c < kColumns; ++c) v[r][c] = __ldcg(o + 32 * c);
+      for (int r = 0; r < kRows; ++r) {
+        const long long at = s * piece_rows + row_at[r];
+        piece_lse[u][r] = __ldcg(params.split_lse + at);
+        const float* o = params.split_o + at * Traits::kHeadDimV + lane;
+        CUTE_UNROLL
+        for (int c = 0; c < kColumns; ++c) v[u][r][c] = __ldcg(o + 32 * c);
+      }
     }
     CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) {
-      if (!live[r]) continue;
-      const float weight = piece_weight(piece_lse[r], row_lse[r]);
+    for (int u = 0; u < kPieces; ++u) {
+      if (round + u >= splits) break;
       CUTE_UNROLL
-      for (int c = 0; c < kColumns; ++c) {
-        // Not `weight > 0`: a faulted KV cache piece (LSE NaN) must make the row NaN.
-        if (weight != 0.f) acc[r][c] = fmaf(weight, v[r][c], acc[r][c]);
+      for (int r = 0; r < kRows; ++r) {
+        if (!live[r]) continue;
+        const float weight = piece_weight(piece_lse[u][r], row_lse[r]);
+        CUTE_UNROLL
+        for (int c = 0; c < kColumns; ++c) {
+          // Not `weight > 0`: a faulted KV cache piece (LSE NaN) must make the row NaN.
+          if (weight != 0.f) acc[r][c] = fmaf(weight, v[u][r][c], acc[r][c]);
+        }
       }
     }
   }
