@@ -188,22 +188,6 @@ CUTE_DEVICE void gather_key_block(const ForwardParams<Traits>& params, const Row
   }
 }
 
-// The page-table entries of tile t's key blocks, prefetched into L1 by the producer warp (a line
-// of 32 entries a lane) before its copies look them up block by block: a lookup on the TMA paths
-// stands between a free stage and its copy, and from L2 its latency held up each block's copies.
-template <class Traits>
-CUTE_DEVICE void prefetch_page_entries(const KeyCache& cache, const ForwardTile& t) {
-  constexpr int kLine = 128;
-  const int lane = threadIdx.x % cutlass::NumThreadsPerWarp;
-  const int end = t.n_blocks.end * Traits::kBlockN < t.seqlen_k ? t.n_blocks.end * Traits::kBlockN : t.seqlen_k;
-  const int32_t* row = cache.page_table + static_cast<long long>(t.kv_batch) * cache.page_table_stride;
-  const uintptr_t first = reinterpret_cast<uintptr_t>(row + t.n_blocks.begin * Traits::kBlockN / cache.page_size);
-  const uintptr_t last = reinterpret_cast<uintptr_t>(row + (end - 1) / cache.page_size);
-  for (uintptr_t line = first / kLine * kLine + lane * kLine; line <= last; line += cutlass::NumThreadsPerWarp * kLine) {
-    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(line));
-  }
-}
-
 template <class Traits>
 CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem,
                                   typename Traits::Pipeline& pipeline_k, typename Traits::Pipeline& pipeline_v) {
@@ -241,8 +225,6 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
       if (leader) smem.q_full.arrive();
       continue;
     }
-
-    if (!gather && params.problem.key_cache.paged()) prefetch_page_entries<Traits>(params.problem.key_cache, t);
 
     // A negative first row (query_block_pad) reads zeros, or rows of the previous sequence in
     // varlen mode; those rows are never stored.
