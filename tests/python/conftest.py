@@ -69,3 +69,20 @@ def hopper_or_skip():
     if (major, minor) != (9, 0):
         pytest.skip(f"CUDA device is sm_{major}{minor}; these tests need an NVIDIA Hopper GPU (sm_90)", allow_module_level=True)
     return torch
+
+
+def signature_bound_hopattn(attention, attention_varlen):
+    """Stand-ins for hopattn.attention and attention_varlen, each call first bound to the real
+    function's signature (this checkout's python/hopattn), so that a keyword the caller passes and
+    the package lacks fails in the test."""
+    import inspect
+    import types
+
+    def bound(function, real):
+        def call(*args, **kwargs):
+            inspect.signature(real).bind(*args, **kwargs)
+            return function(*args, **kwargs)
+        return call
+
+    return types.SimpleNamespace(attention=bound(attention, hopattn.attention),
+                                 attention_varlen=bound(attention_varlen, hopattn.attention_varlen))

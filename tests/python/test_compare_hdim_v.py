@@ -13,6 +13,7 @@ import types
 import pytest
 
 from bench_scripts import load, run_args as args, table_rows
+from conftest import signature_bound_hopattn
 from test_compare_softcap import attend, direct_attention, flat, section, spans_of, write_canned
 
 
@@ -320,10 +321,6 @@ def test_checker(compare, varlen):
 def fake_hopattn(torch):
     """hopattn.attention and attention_varlen as the stand-in (out with v's head dim), each call bound
     to this checkout's package signature (python/hopattn)."""
-    import inspect
-
-    import hopattn
-
     def attention(q, k, v, *, causal=False, window_size=(-1, -1), deterministic=False, learnable_sink=None,
                   softcap=0.0):
         return stand_in(torch, q, k, v, causal, window_size, learnable_sink, softcap)
@@ -332,14 +329,7 @@ def fake_hopattn(torch):
                          window_size=(-1, -1), deterministic=False, learnable_sink=None, softcap=0.0):
         return stand_in(torch, q, k, v, causal, window_size, learnable_sink, softcap, cu=cu_seqlens_q)
 
-    def bound(function, real):
-        def call(*args, **kwargs):
-            inspect.signature(real).bind(*args, **kwargs)
-            return function(*args, **kwargs)
-        return call
-
-    return types.SimpleNamespace(attention=bound(attention, hopattn.attention),
-                                 attention_varlen=bound(attention_varlen, hopattn.attention_varlen))
+    return signature_bound_hopattn(attention, attention_varlen)
 
 
 def fake_fa3_module(torch):

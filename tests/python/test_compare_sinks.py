@@ -12,6 +12,7 @@ import types
 import pytest
 
 from bench_scripts import load, run_args as args, table_rows
+from conftest import signature_bound_hopattn
 
 
 @pytest.fixture(scope="module")
@@ -349,10 +350,6 @@ def fake_hopattn(torch):
     """hopattn's attention and attention_varlen as the stand-in, each call bound to the real package's
     signature (this checkout's python/hopattn), so that a keyword compare.py passes and the package
     lacks fails here."""
-    import inspect
-
-    import hopattn
-
     def attention(q, k, v, *, causal=False, window_size=(-1, -1), deterministic=False, learnable_sink=None):
         out = attend(torch, *(flat(x) for x in (q, k, v)), spans_of(q), learnable_sink, causal, window_size)
         return out.reshape(q.shape)
@@ -361,14 +358,7 @@ def fake_hopattn(torch):
                          window_size=(-1, -1), deterministic=False, learnable_sink=None):
         return attend(torch, q, k, v, spans_of(q, cu_seqlens_q), learnable_sink, causal, window_size)
 
-    def bound(function, real):
-        def call(*args, **kwargs):
-            inspect.signature(real).bind(*args, **kwargs)
-            return function(*args, **kwargs)
-        return call
-
-    return types.SimpleNamespace(attention=bound(attention, hopattn.attention),
-                                 attention_varlen=bound(attention_varlen, hopattn.attention_varlen))
+    return signature_bound_hopattn(attention, attention_varlen)
 
 
 def fake_fa4(torch, calls):

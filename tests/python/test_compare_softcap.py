@@ -13,6 +13,7 @@ import types
 import pytest
 
 from bench_scripts import load, run_args as args, table_rows
+from conftest import signature_bound_hopattn
 
 
 @pytest.fixture(scope="module")
@@ -499,10 +500,6 @@ def fake_hopattn(torch):
     """hopattn's attention and attention_varlen as the stand-in, each call bound to this checkout's
     package signature (python/hopattn), so that a keyword compare.py passes and the package lacks
     fails here."""
-    import inspect
-
-    import hopattn
-
     def attention(q, k, v, *, causal=False, window_size=(-1, -1), deterministic=False, learnable_sink=None,
                   softcap=0.0):
         return attend(torch, *(flat(x) for x in (q, k, v)), spans_of(q), causal, window_size, learnable_sink,
@@ -512,14 +509,7 @@ def fake_hopattn(torch):
                          window_size=(-1, -1), deterministic=False, learnable_sink=None, softcap=0.0):
         return attend(torch, q, k, v, spans_of(q, cu_seqlens_q), causal, window_size, learnable_sink, softcap)
 
-    def bound(function, real):
-        def call(*args, **kwargs):
-            inspect.signature(real).bind(*args, **kwargs)
-            return function(*args, **kwargs)
-        return call
-
-    return types.SimpleNamespace(attention=bound(attention, hopattn.attention),
-                                 attention_varlen=bound(attention_varlen, hopattn.attention_varlen))
+    return signature_bound_hopattn(attention, attention_varlen)
 
 
 def fake_fa3_module(torch, calls):
