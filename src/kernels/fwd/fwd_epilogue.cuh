@@ -117,6 +117,22 @@ CUTE_DEVICE void store_empty_tile(const ForwardParams<Traits>& params, const For
   }
 }
 
+// The sink logits of this thread's rows of tile t, prefetched into L1 when the tile starts for
+// add_sinks at its end: loaded there from L2, their latency stood after the tile's last GEMM, which
+// in a 128-key windowed tile (one or two key blocks) cost about a tenth of the tile (H100, d128:
+// sinks with a 128-key window at 0.89-0.92 of no sinks). A prefetch, not a load kept in registers
+// through the loop: that spilled 8-12 more bytes in the d64 and d256 consumers.
+template <class Traits, class RowCoords>
+CUTE_DEVICE void prefetch_sink_logits(const ForwardParams<Traits>& params, const ForwardTile& t, RowCoords const& tScS,
+                                      int pack) {
+  constexpr int kRows = decltype(cute::size<0>(tScS))::value;
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    const int row = t.first_row + cute::get<0>(tScS(r, 0));
+    if (is_query(t, row, pack)) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(params.sinks + t.head_of(row, pack)));
+  }
+}
+
 // Attention sinks on a finished row (the whole of its keys): its LSE takes its head's sink in and
 // O shrinks by the keys' share, exp(lse_keys - lse). A row that saw no key gets LSE = sink; its O
 // is 0 already. A NaN row (a faulted KV cache sequence) stays NaN.

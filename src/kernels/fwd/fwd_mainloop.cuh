@@ -506,6 +506,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
     }
 
     if constexpr (kPackedRows) load_packed_query<Traits>(params, t, sQ, thread);
+    if (params.sinks != nullptr) prefetch_sink_logits<Traits>(params, t, tScS, pack);
 
     // The first (highest) key block: S, then its softmax with nothing to overlap yet.
     int n_block = t.n_blocks.end - 1;
