@@ -286,7 +286,7 @@ def test_reference_is_the_formula(compare, sinks, softcap):
     for got, want in zip((dq, dk, dv), torch.autograd.grad(expected, leaves, dout)):
         assert torch.allclose(got, want, rtol=1e-10, atol=1e-12)
     if sinks:  # the sink's gradient, over the batch, against autograd
-        exact, _ = compare._sink_gradient(torch, p, t, qh, kvh)
+        exact, *_ = compare._sink_gradient(torch, p, t, qh, kvh)
         leaf = t.sink.detach().double().requires_grad_(True)
         qq, kk, vv, dd = (flat(x.detach().double()) for x in (t.q, t.k, t.v, t.dout))
         loss = sum((direct_attention(torch, qq[a:b], kk[a:b], vv[a:b], True, p.window, leaf, softcap) * dd[a:b]).sum()

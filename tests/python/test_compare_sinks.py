@@ -287,7 +287,7 @@ def test_sink_gradient_is_autograd_of_the_formula(compare, varlen, window):
     p = problem(compare, varlen, window)
     t = compare.Tensors(torch, p, seed=5, device="cpu")
     _, qh, kvh = compare._subset(p, t)
-    exact, naive = compare._sink_gradient(torch, p, t, qh, kvh)
+    exact, naive, _ = compare._sink_gradient(torch, p, t, qh, kvh)
     # Autograd over every sequence of the batch, all heads, in float64.
     sink = t.sink.detach().double().requires_grad_(True)
     q, k, v, dout = (flat(x.detach().double()) for x in (t.q, t.k, t.v, t.dout))
@@ -299,6 +299,24 @@ def test_sink_gradient_is_autograd_of_the_formula(compare, varlen, window):
     assert naive.dtype == torch.float32
     error = (naive.double() - exact).abs().max().item()
     assert 0 < error < 1e-2 * exact.abs().max().item()
+    # From a stored output D reads it (here 1 everywhere), and the naive value differs from the
+    # exact one by float32's rounding only.
+    out = torch.zeros_like(t.dout)
+    for take in compare._sequence_takes(p, t):
+        take(out, qh)[:] = 1  # a view: each sequence's rows of the checked heads
+    stored_exact, stored_naive, _ = compare._sink_gradient(torch, p, t, qh, kvh, out)
+    ones = torch.zeros_like(exact)
+    for take in compare._sequence_takes(p, t):
+        q, k = take(t.q, qh).double(), take(t.k, kvh).double()
+        for g in range(q.shape[1]):
+            scores = q[:, g] @ k.transpose(0, 1) / math.sqrt(q.shape[-1])
+            s = scores.shape[0]
+            visible = compare._visible(torch, torch.arange(s), s, True, window)
+            scores = scores.masked_fill(~visible, float("-inf"))
+            lse = torch.logaddexp(torch.logsumexp(scores, -1), t.sink.detach()[qh][g].double())
+            ones[g] -= (torch.exp(t.sink.detach()[qh][g].double() - lse) * take(t.dout, qh)[:, g].double().sum(-1)).sum()
+    assert torch.allclose(stored_exact, ones, rtol=1e-10, atol=1e-12)
+    assert (stored_naive.double() - stored_exact).abs().max() < 1e-5 * stored_exact.abs().max()
 
 
 def attend(torch, q, k, v, spans, sink, causal, window):
@@ -333,17 +351,19 @@ def test_checker_with_sinks(compare, varlen, window):
     out = stand_in(torch, p, t)
     assert checker.check("fwd", out=out) == "pass"
     grads = torch.autograd.grad(out, t.inputs(), t.dout)
-    assert checker.check("bwd", grads=grads) == "pass"
+    assert checker.check("bwd", out=out, grads=grads) == "pass"
     # An implementation that ignores the sink, or the window, fails the forward check.
     assert checker.check("fwd", out=stand_in(torch, p, t, use_sink=False)).startswith("FAIL: out error")
     if window != (-1, -1):
         assert checker.check("fwd", out=stand_in(torch, p, t, use_window=False)).startswith("FAIL: out error")
     # A sink gradient off by more than the bound (2 * the naive error + float32's atol) fails.
-    exact, naive = checker.dsink
+    exact, naive, _ = checker.dsink
     bound = 2 * (naive.double() - exact).abs().max().item()
     dsink = grads[3].clone()
     dsink[p.heads - 1] += 4 * bound + 1e-4
-    assert "dsink error" in checker.check("bwd", grads=(*grads[:3], dsink))
+    assert "dsink error" in checker.check("bwd", out=out, grads=(*grads[:3], dsink))
+    # So does a backward whose output, from which dsink is checked, is wrong.
+    assert checker.check("bwd", out=stand_in(torch, p, t, use_sink=False), grads=grads).startswith("FAIL: out error")
 
 
 def fake_hopattn(torch):

@@ -424,7 +424,7 @@ def test_sink_gradient_with_softcap(compare, varlen, window):
     p = problem(compare, varlen, window, sinks=True)
     t = compare.Tensors(torch, p, seed=6, device="cpu")
     _, qh, kvh = compare._subset(p, t)
-    exact, _ = compare._sink_gradient(torch, p, t, qh, kvh)
+    exact, *_ = compare._sink_gradient(torch, p, t, qh, kvh)
     sink = t.sink.detach().double().requires_grad_(True)
     q, k, v, dout = (flat(x.detach().double()) for x in (t.q, t.k, t.v, t.dout))
     loss = sum((direct_attention(torch, q[a:b], k[a:b], v[a:b], True, window, sink, p.softcap) * dout[a:b]).sum()
@@ -432,7 +432,7 @@ def test_sink_gradient_with_softcap(compare, varlen, window):
     (dsink,) = torch.autograd.grad(loss, sink)
     assert torch.allclose(exact, dsink[qh], rtol=1e-10, atol=1e-12)
     # Without the cap the sink's gradient is another one.
-    uncapped, _ = compare._sink_gradient(torch, p.variant(softcap=0), t, qh, kvh)
+    uncapped, *_ = compare._sink_gradient(torch, p.variant(softcap=0), t, qh, kvh)
     assert (uncapped - exact).abs().max() > 1e-3 * exact.abs().max()
 
 
@@ -486,13 +486,13 @@ def test_checker_with_softcap(compare, varlen, window, sinks):
     out = stand_in(torch, p, t)
     assert checker.check("fwd", out=out) == "pass"
     grads = torch.autograd.grad(out, t.inputs(), t.dout)
-    assert checker.check("bwd", grads=grads) == "pass"
+    assert checker.check("bwd", out=out, grads=grads) == "pass"
     # An implementation that ignores the cap fails the forward check, one whose backward ignores it
     # (capped output, uncapped gradients) the backward check.
     assert checker.check("fwd", out=stand_in(torch, p, t, softcap=0.0)).startswith("FAIL: out error")
     wrong = stand_in(torch, p, t, backward_cap=False)
     assert checker.check("fwd", out=wrong) == "pass"
-    verdict = checker.check("bwd", grads=torch.autograd.grad(wrong, t.inputs(), t.dout))
+    verdict = checker.check("bwd", out=wrong, grads=torch.autograd.grad(wrong, t.inputs(), t.dout))
     assert verdict.startswith("FAIL") and "dq error" in verdict
 
 
