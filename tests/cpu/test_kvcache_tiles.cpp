@@ -35,13 +35,13 @@ struct CachePosition {
 TEST(KVCacheTiles, EveryKeyReadComesFromItsCachePosition) {
   std::mt19937 rng(29);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  const int page_sizes[] = {0, 0, 1, 3, 16, 32, 48, 64, 128, 256, 352};
+  const int page_sizes[] = {0, 0, 1, 3, 16, 32, 48, 64, 128, 192, 256, 352};
   const int blocks_n[] = {64, 80, 96, 128, 176};
-  int faulted_tiles = 0, gathered = 0, boxed = 0, tma_paged = 0;
+  int faulted_tiles = 0, gathered = 0, boxed = 0, wide_boxes = 0, tma_paged = 0;
   for (int trial = 0; trial < 400; ++trial) {
     const int batch = pick(1, 4), heads_kv = pick(1, 3), group = pick(1, 4), seqlen_q = pick(1, 40);
     const int heads = heads_kv * group, head_dim = 64;
-    const int page_size = page_sizes[pick(0, 10)];
+    const int page_size = page_sizes[pick(0, 11)];
     const bool paged = page_size > 0;
     const int max_pages = pick(1, 8);
     const int capacity = paged ? max_pages * page_size : pick(1, 600);
@@ -94,7 +94,7 @@ TEST(KVCacheTiles, EveryKeyReadComesFromItsCachePosition) {
       return ::testing::Message() << "trial " << trial << " batch " << batch << (paged ? " page " : " contiguous ")
                                   << page_size << " capacity " << capacity << " bn " << block_n
                                   << (batch_index ? " batch_idx" : "") << (leftpad ? " leftpad" : "")
-                                  << (p.key_cache.gather ? " gather" : "") << (p.key_cache.page_boxes ? " boxes" : "");
+                                  << (p.key_cache.gather ? " gather" : "") << (p.key_cache.page_box_rows > 0 ? " boxes" : "");
     };
 
     auto definition = [&](int b, long long key) -> CachePosition {
@@ -138,22 +138,24 @@ TEST(KVCacheTiles, EveryKeyReadComesFromItsCachePosition) {
           }
           continue;
         }
-        if (p.key_cache.page_boxes) {
+        if (p.key_cache.page_box_rows > 0) {
           ++boxed;
+          wide_boxes += p.key_cache.page_box_rows == kWidePageBoxRows;
           // Box by box, each on one page; boxes past the sequence's keys read zeros.
-          for (int box = 0; box < block_n / kPageBoxRows; ++box) {
+          const int rows = p.key_cache.page_box_rows;
+          for (int box = 0; box < block_n / rows; ++box) {
             const KeyBlockCoord at = page_box_coord(p.key_cache, t, n, box, block_n);
-            const int first_key = n * block_n + box * kPageBoxRows;
+            const int first_key = n * block_n + box * rows;
             if (first_key >= t.seqlen_k) {
               ASSERT_TRUE(at.batch == num_pages && !at.fault) << describe() << " box " << box << " of block " << n;
               continue;
             }
             ASSERT_EQ(at.fault, definition(b, first_key).row < 0) << describe() << " key " << first_key;
             if (at.fault) continue;
-            for (int key = first_key; key < std::min(first_key + kPageBoxRows, t.seqlen_k); ++key) {
+            for (int key = first_key; key < std::min(first_key + rows, t.seqlen_k); ++key) {
               const CachePosition want = definition(b, key);
               ASSERT_EQ(at.batch, want.row) << describe() << " key " << key;
-              ASSERT_EQ(at.block * kPageBoxRows + (key - first_key), want.position) << describe() << " key " << key;
+              ASSERT_EQ(at.block * rows + (key - first_key), want.position) << describe() << " key " << key;
             }
           }
           continue;
@@ -179,6 +181,7 @@ TEST(KVCacheTiles, EveryKeyReadComesFromItsCachePosition) {
   EXPECT_GT(faulted_tiles, 0);
   EXPECT_GT(gathered, 0);
   EXPECT_GT(boxed, 0);
+  EXPECT_GT(wide_boxes, 0);
   EXPECT_GT(tma_paged, 0);
 }
 

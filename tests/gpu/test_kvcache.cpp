@@ -504,7 +504,7 @@ std::vector<NamedKVCase> kvcache_cases() {
     }
   }
   // Chunked prefill through forward() with a page table: varlen queries against paged caches.
-  for (int page : {16, 128, 256, 3, 48}) {
+  for (int page : {16, 128, 256, 3, 48, 192}) {
     KVCacheSpec s;
     s.through_forward = true;
     s.varlen_q = {300, 1, 77};

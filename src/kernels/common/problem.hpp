@@ -41,10 +41,10 @@ struct KeyCache {
   int rows = 0;                         // the cache's batch rows (page table rows when paged)
   const int32_t* batch_index = nullptr; // optional: cache row of sequence b; default b
   // How the forward's producer loads a paged cache's key blocks (choose_paged_loads, at launch):
-  // by default one TMA copy a block (pages of whole blocks); `page_boxes`: one TMA copy per box
-  // of kPageBoxRows keys, each from its own page (pages of whole boxes); `gather`: row by row
+  // by default one TMA copy a block (pages of whole blocks); `page_box_rows` > 0: one TMA copy per
+  // box of that many keys, each from its own page (pages of whole boxes); `gather`: row by row
   // (any other page size, or left padding inside pages).
-  bool page_boxes = false;
+  int page_box_rows = 0;
   bool gather = false;
 
   HOPATTN_HOST_DEVICE bool enabled() const { return rows > 0; }

@@ -92,14 +92,17 @@ struct ForwardKernelTraits {
       widest_swizzle_atom<cute::GMMA::Major::MN, Element, kHeadDimV>(),
       cute::Shape<HeadDimV, BlockN, cute::Int<kStages>>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}));
 
-  // A paged KV cache whose pages hold whole boxes of kPageBoxRows keys but not whole key blocks
-  // takes each block as boxes, one TMA copy each from its own page (KeyCache::page_boxes).
-  using PageBoxRows = cute::Int<kPageBoxRows>;
+  // A paged KV cache whose pages hold whole boxes of kRows keys but not whole key blocks takes
+  // each block as boxes, one TMA copy each from its own page (KeyCache::page_box_rows): their
+  // layouts in a stage, kRows = kPageBoxRows or kWidePageBoxRows.
   static_assert(kBlockN % kPageBoxRows == 0, "a key block is whole boxes");
+  static constexpr bool kWidePageBoxes = kBlockN % kWidePageBoxRows == 0;
+  template <int kRows>
   using SmemLayoutKBox = decltype(cute::tile_to_shape(
-      widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim>(), cute::Shape<PageBoxRows, HeadDim>{}));
+      widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim>(), cute::Shape<cute::Int<kRows>, HeadDim>{}));
+  template <int kRows>
   using SmemLayoutVtBox = decltype(cute::tile_to_shape(
-      widest_swizzle_atom<cute::GMMA::Major::MN, Element, kHeadDimV>(), cute::Shape<HeadDimV, PageBoxRows>{},
+      widest_swizzle_atom<cute::GMMA::Major::MN, Element, kHeadDimV>(), cute::Shape<HeadDimV, cute::Int<kRows>>{},
       cute::Step<cute::_2, cute::_1>{}));
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;

@@ -141,11 +141,20 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   // whole boxes of kPageBoxRows keys one per box; other pages, or keys that start inside a page
   // (left padding), are gathered row by row.
   choose_paged_loads(params.problem.key_cache, p.keys.start != nullptr, Traits::kBlockN);
-  if (params.problem.key_cache.page_boxes) {
-    params.tma_k_box = make_tma_copy(SM90_TMA_LOAD{}, mK, typename Traits::SmemLayoutKBox{},
-                                     Shape<typename Traits::PageBoxRows, typename Traits::HeadDim>{}, _1{});
-    params.tma_vt_box = make_tma_copy(SM90_TMA_LOAD{}, mVt, typename Traits::SmemLayoutVtBox{},
-                                      Shape<typename Traits::HeadDimV, typename Traits::PageBoxRows>{}, _1{});
+  using BoxRows = Int<kPageBoxRows>;
+  using WideBoxRows = Int<kWidePageBoxRows>;
+  if (params.problem.key_cache.page_box_rows == kPageBoxRows) {
+    params.tma_k_box = make_tma_copy(SM90_TMA_LOAD{}, mK, typename Traits::template SmemLayoutKBox<kPageBoxRows>{},
+                                     Shape<BoxRows, typename Traits::HeadDim>{}, _1{});
+    params.tma_vt_box = make_tma_copy(SM90_TMA_LOAD{}, mVt, typename Traits::template SmemLayoutVtBox<kPageBoxRows>{},
+                                      Shape<typename Traits::HeadDimV, BoxRows>{}, _1{});
+  } else if (params.problem.key_cache.page_box_rows == kWidePageBoxRows) {
+    params.tma_k_wide_box = make_tma_copy(SM90_TMA_LOAD{}, mK,
+                                          typename Traits::template SmemLayoutKBox<kWidePageBoxRows>{},
+                                          Shape<WideBoxRows, typename Traits::HeadDim>{}, _1{});
+    params.tma_vt_wide_box = make_tma_copy(SM90_TMA_LOAD{}, mVt,
+                                           typename Traits::template SmemLayoutVtBox<kWidePageBoxRows>{},
+                                           Shape<typename Traits::HeadDimV, WideBoxRows>{}, _1{});
   }
   params.q = t.q;
   params.k = t.k;
@@ -253,7 +262,7 @@ cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& t
   if (tiles == 0) return cudaSuccess;
   // with_forward_traits never gives a problem of pages smaller than a key block a tile without
   // the paths for them.
-  if ((params.problem.key_cache.gather || params.problem.key_cache.page_boxes) && !Traits::kLoadsSmallPages) {
+  if ((params.problem.key_cache.gather || params.problem.key_cache.page_box_rows > 0) && !Traits::kLoadsSmallPages) {
     return cudaErrorInvalidValue;
   }
 

@@ -204,7 +204,8 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   auto state_v = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   const bool leader = threadIdx.x == 0;
   const bool gather = Traits::kLoadsSmallPages && params.problem.key_cache.gather;
-  const bool boxes = Traits::kLoadsSmallPages && params.problem.key_cache.page_boxes;
+  const bool boxes = Traits::kLoadsSmallPages && params.problem.key_cache.page_box_rows > 0;
+  const bool wide_boxes = params.problem.key_cache.page_box_rows == kWidePageBoxRows;
   const int total_tiles = params.scheduler.total_tiles();
   int round = 0;
   int slot = 0;
@@ -242,18 +243,21 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     // structured binding).
     const auto k_copy = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
     const auto v_copy = tma_partition(params.tma_vt, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
-    // Pages of whole boxes (KeyCache::page_boxes): a stage as boxes of kPageBoxRows keys, and the
-    // cache as (box rows, head dim, box of the page, page).
-    using BoxK = Shape<typename Traits::PageBoxRows, typename Traits::HeadDim>;
-    using BoxVt = Shape<typename Traits::HeadDimV, typename Traits::PageBoxRows>;
-    cute::Tensor gKBox = local_tile(mK(_, _, t.head_kv, _), BoxK{}, make_coord(_, _0{}));      // (B, D, boxes, pages)
-    cute::Tensor gVtBox = local_tile(mVt(_, _, t.head_kv, _), BoxVt{}, make_coord(_0{}, _));  // (Dv, B, boxes, pages)
-    cute::Tensor sKBox = flat_divide(sK, BoxK{})(_, _, _, _0{}, _);     // (B, D, boxes, stages)
-    cute::Tensor sVtBox = flat_divide(sVt, BoxVt{})(_, _, _0{}, _, _);  // (Dv, B, boxes, stages)
-    const auto k_box_copy =
-        tma_partition(params.tma_k_box, _0{}, Layout<_1>{}, group_modes<0, 2>(sKBox), group_modes<0, 2>(gKBox));
-    const auto v_box_copy =
-        tma_partition(params.tma_vt_box, _0{}, Layout<_1>{}, group_modes<0, 2>(sVtBox), group_modes<0, 2>(gVtBox));
+    // Pages of whole boxes (KeyCache::page_box_rows): a stage as boxes of `rows` keys, and the
+    // cache as (box rows, head dim, box of the page, page); K's and V's (source, destination) pairs.
+    // Made where a block is loaded: kept from the tile's start, both box sizes' pairs spilled the
+    // producer's 24 registers (96 bytes at d128).
+    auto box_copies = [&](auto rows, auto const& k_tma, auto const& v_tma) {
+      using BoxK = Shape<decltype(rows), typename Traits::HeadDim>;
+      using BoxVt = Shape<typename Traits::HeadDimV, decltype(rows)>;
+      cute::Tensor gKBox = local_tile(mK(_, _, t.head_kv, _), BoxK{}, make_coord(_, _0{}));      // (B, D, boxes, pages)
+      cute::Tensor gVtBox = local_tile(mVt(_, _, t.head_kv, _), BoxVt{}, make_coord(_0{}, _));  // (Dv, B, boxes, pages)
+      cute::Tensor sKBox = flat_divide(sK, BoxK{})(_, _, _, _0{}, _);     // (B, D, boxes, stages)
+      cute::Tensor sVtBox = flat_divide(sVt, BoxVt{})(_, _, _0{}, _, _);  // (Dv, B, boxes, stages)
+      return cute::make_tuple(
+          tma_partition(k_tma, _0{}, Layout<_1>{}, group_modes<0, 2>(sKBox), group_modes<0, 2>(gKBox)),
+          tma_partition(v_tma, _0{}, Layout<_1>{}, group_modes<0, 2>(sVtBox), group_modes<0, 2>(gVtBox)));
+    };
 
     // The fault flag of this tile's slot: set before the arrivals on its stages, so that the
     // consumers, who read it after their last wait, see it. The slot's previous tile (three
@@ -262,28 +266,54 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     int fault = 0;  // gathered rows: whether this lane met a page outside the cache in this tile
     if (leader) smem.page_faults[tile_slot] = 0;
     __syncwarp();  // before any lane's store of a fault
+    // A block's boxes: each has a lane, which looks up its page (one table latency a block) and,
+    // once the stage is free, issues its copy.
+    auto load_boxes = [&](auto& pipeline, auto& state, auto const& box_tma, auto const& copies, int boxes_per_block,
+                          int n) {
+      const int lane = threadIdx.x % cutlass::NumThreadsPerWarp;
+      const KeyBlockCoord at = lane < boxes_per_block
+                                   ? page_box_coord(params.problem.key_cache, t, n, lane, Traits::kBlockN)
+                                   : KeyBlockCoord{0, 0, false};
+      if (__any_sync(0xffffffff, at.fault) && leader) smem.page_faults[tile_slot] = 1;
+      asm volatile("" ::: "memory");  // the fault store stays before the arrival below
+      // Every lane waits for the stage; the leader's expected bytes cover all boxes, whose copies
+      // may complete before it (the stage cannot complete without its arrival).
+      pipeline.producer_acquire(state);
+      if (lane < boxes_per_block) {
+        copy(box_tma.with(*pipeline.producer_get_barrier(state)), get<0>(copies)(_, at.block, at.batch),
+             get<1>(copies)(_, lane, state.index()));
+      }
+    };
     // One K or V^T block into the next stage of its ring. Gathered, each lane's arrival on the
     // stage's full barrier comes when its cp.async copies complete (kGatherFullArrivals), and the
     // leader's after every lane's fault store (__syncwarp) publishes the fault flag. kColumns:
-    // the rows' head dim in shared memory (K's or V's), `columns` the real one.
-    auto load = [&](auto& pipeline, auto& storage, auto& state, auto const& tma, auto const& copies,
-                    auto const& box_tma, auto const& box_copies, auto chunk_at, const RowTensor& rows, auto kColumns,
-                    int columns, int n) {
+    // the rows' head dim in shared memory (K's or V's), `columns` the real one; kv:
+    // _0 for K, _1 for V.
+    auto load = [&](auto& pipeline, auto& storage, auto& state, auto const& tma, auto const& copies, auto kv,
+                    auto chunk_at, const RowTensor& rows, auto kColumns, int columns, int n) {
       if (boxes) {
-        // Each of the block's boxes has a lane, which looks up its page (one table latency a
-        // block) and, once the stage is free, issues its copy.
-        constexpr int kBoxes = Traits::kBlockN / kPageBoxRows;
-        const int lane = threadIdx.x % cutlass::NumThreadsPerWarp;
-        const KeyBlockCoord at = lane < kBoxes ? page_box_coord(params.problem.key_cache, t, n, lane, Traits::kBlockN)
-                                               : KeyBlockCoord{0, 0, false};
-        if (__any_sync(0xffffffff, at.fault) && leader) smem.page_faults[tile_slot] = 1;
-        asm volatile("" ::: "memory");  // the fault store stays before the arrival below
-        // Every lane waits for the stage; the leader's expected bytes cover all boxes, whose
-        // copies may complete before it (the stage cannot complete without its arrival).
-        pipeline.producer_acquire(state);
-        if (lane < kBoxes) {
-          copy(box_tma.with(*pipeline.producer_get_barrier(state)), get<0>(box_copies)(_, at.block, at.batch),
-               get<1>(box_copies)(_, lane, state.index()));
+        // Boxes of box_rows keys, K's or V's (kv).
+        auto load_in = [&](auto box_rows, auto const& k_tma, auto const& v_tma) {
+          constexpr int kKV = decltype(kv)::value;
+          const auto pairs = box_copies(box_rows, k_tma, v_tma);
+          auto const& box_tma = [&]() -> auto const& {
+            if constexpr (kKV == 0) {
+              return k_tma;
+            } else {
+              return v_tma;
+            }
+          }();
+          load_boxes(pipeline, state, box_tma, get<kKV>(pairs), Traits::kBlockN / decltype(box_rows)::value, n);
+        };
+        // Wide boxes only where they divide the key block (Traits::kWidePageBoxes).
+        if constexpr (Traits::kWidePageBoxes) {
+          if (wide_boxes) {
+            load_in(Int<kWidePageBoxRows>{}, params.tma_k_wide_box, params.tma_vt_wide_box);
+          } else {
+            load_in(Int<kPageBoxRows>{}, params.tma_k_box, params.tma_vt_box);
+          }
+        } else {
+          load_in(Int<kPageBoxRows>{}, params.tma_k_box, params.tma_vt_box);
         }
       } else if (gather) {
         storage.empty_barrier_[state.index()].wait(state.phase());
@@ -310,12 +340,12 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     auto k_chunk = [&](int r, int c, int stage) { return cute::cast_smem_ptr_to_uint(&sK(r, c, stage)); };
     auto v_chunk = [&](int r, int c, int stage) { return cute::cast_smem_ptr_to_uint(&sVt(c, r, stage)); };
     auto load_k = [&](int n) {
-      load(pipeline_k, smem.pipeline_k, state_k, params.tma_k, k_copy, params.tma_k_box, k_box_copy, k_chunk, params.k,
-           typename Traits::HeadDim{}, params.problem.head_dim, n);
+      load(pipeline_k, smem.pipeline_k, state_k, params.tma_k, k_copy, _0{}, k_chunk, params.k, typename Traits::HeadDim{},
+           params.problem.head_dim, n);
     };
     auto load_v = [&](int n) {
-      load(pipeline_v, smem.pipeline_v, state_v, params.tma_vt, v_copy, params.tma_vt_box, v_box_copy, v_chunk,
-           params.v, typename Traits::HeadDimV{}, params.problem.head_dim_v, n);
+      load(pipeline_v, smem.pipeline_v, state_v, params.tma_vt, v_copy, _1{}, v_chunk, params.v, typename Traits::HeadDimV{},
+           params.problem.head_dim_v, n);
     };
     load_k(t.n_blocks.end - 1);  // while the consumers may still be in the previous tile's epilogue
     wait_query_released_before<Traits>(smem, round);  // sQ holds the previous tile's Q until then

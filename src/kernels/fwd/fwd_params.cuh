@@ -8,6 +8,7 @@
 #include "kernels/common/problem.hpp"
 #include "kernels/common/tile_scheduler.hpp"
 #include "kernels/common/tma_tensors.cuh"
+#include "kernels/fwd/fwd_tile.hpp"
 
 namespace hopattn {
 
@@ -37,25 +38,29 @@ struct ForwardParams {
       cute::take<0, 2>(typename Traits::SmemLayoutVt{}),
       cute::Shape<typename Traits::HeadDimV, typename Traits::BlockN>{}, cute::_1{}));
 
-  // The same tensors in boxes of Traits::kPageBoxRows keys, for a paged cache whose pages do not
-  // hold whole key blocks (problem.key_cache.page_boxes; default-constructed otherwise).
+  // The same tensors in boxes of kRows keys, for a paged cache whose pages do not hold whole key
+  // blocks (problem.key_cache.page_box_rows; default-constructed otherwise).
+  template <int kRows>
   using TmaKBox = decltype(cute::make_tma_copy(
       cute::SM90_TMA_LOAD{},
       cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeTokens{}, StrideTokens{}),
-      typename Traits::SmemLayoutKBox{}, cute::Shape<typename Traits::PageBoxRows, typename Traits::HeadDim>{},
+      typename Traits::template SmemLayoutKBox<kRows>{}, cute::Shape<cute::Int<kRows>, typename Traits::HeadDim>{},
       cute::_1{}));
+  template <int kRows>
   using TmaVtBox = decltype(cute::make_tma_copy(
       cute::SM90_TMA_LOAD{},
       cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeTokens{},
                         StrideTransposed{}),
-      typename Traits::SmemLayoutVtBox{}, cute::Shape<typename Traits::HeadDimV, typename Traits::PageBoxRows>{},
+      typename Traits::template SmemLayoutVtBox<kRows>{}, cute::Shape<typename Traits::HeadDimV, cute::Int<kRows>>{},
       cute::_1{}));
 
   TmaQ tma_q;
   TmaK tma_k;
   TmaVt tma_vt;
-  TmaKBox tma_k_box;
-  TmaVtBox tma_vt_box;
+  TmaKBox<kPageBoxRows> tma_k_box;
+  TmaVtBox<kPageBoxRows> tma_vt_box;
+  TmaKBox<kWidePageBoxRows> tma_k_wide_box;
+  TmaVtBox<kWidePageBoxRows> tma_vt_wide_box;
   ShapeTokens shape_q;
   ShapeTokens shape_k;
   ShapeTokens shape_vt;
