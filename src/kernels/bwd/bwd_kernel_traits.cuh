@@ -62,9 +62,7 @@ struct BackwardKernelTraits {
   // The dK GEMM is issued after the dQ GEMM, so that it runs while the warpgroup stores dQ to
   // shared memory for the writer warp (instead of the tensor cores idling until the next block's
   // S^T): d64 +1-2%, d128 +2.5-5.5% (d128 spilled with dV under dS^T until dS^T went to shared
-  // memory through stmatrix). The stage then goes back after the handoff, except in the
-  // deterministic kernel at d96/d128, whose handoff can wait on the key-block order (that cost it
-  // up to 6% at d128 2k): it waits for dK and releases the stage first (backward_mma).
+  // memory through stmatrix). The stage then goes back after the handoff (backward_mma).
   static constexpr bool kDqBeforeDk = !kSplitQueries;
   static constexpr int kScoreWarpgroups = kBlockN / 64;                      // along the keys
   static constexpr int kHeadDimSplits = kMmaWarpgroups / kScoreWarpgroups;  // of dK and dV

@@ -291,12 +291,11 @@ CUTE_DEVICE void add_key_block_slice(const BackwardParams<Traits>& params, const
 template <class Traits, bool kDeterministic, ScoreVariant kScores>
 CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Traits::SharedStorage& smem,
                               typename Traits::Pipeline& pipeline, const BackwardTile& t) {
-  // In deterministic mode the handoff below can wait for the writer, which waits for the
-  // key-block order: with 64-query blocks (d96/d128) the stage then goes back before the handoff,
-  // with dK waited for first (d128 deterministic +3-10%, GQA up to +11%). With 128-query blocks
-  // (d64) the wait for dK cost more than the early release bought (-1 to -1.5%).
-  constexpr bool kReleaseDeterministicEarly = kDeterministic && Traits::kDqBeforeDk && !Traits::kDqSplitsQueries;
-  constexpr bool kReleaseBeforeHandoff = !Traits::kDqBeforeDk || kReleaseDeterministicEarly;
+  // The stage goes back after the dQ handoff where dK runs under it (kDqBeforeDk), in both modes:
+  // the deterministic kernel once released it before the handoff (waiting for dK first), when
+  // its handoffs waited on long key-block chains; the L2-section order and the writer's shorter
+  // turn made those waits short (bwd_grid_order.hpp).
+  constexpr bool kReleaseBeforeHandoff = !Traits::kDqBeforeDk;
   using namespace cute;
   using Element = typename Traits::Element;
   using Smem = BackwardSmemTensors<Traits>;
@@ -459,10 +458,7 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
           issue_dq();
           if constexpr (Traits::kDqBeforeDk) issue_dk();
         }
-        if constexpr (kReleaseDeterministicEarly) {
-          warpgroup_wait<0>();  // dV, dQ and dK
-          pipeline.consumer_release(state);
-        } else if constexpr (Traits::kDqBeforeDk) {
+        if constexpr (Traits::kDqBeforeDk) {
           warpgroup_wait<1>();  // dV and dQ; dK runs on while dQ goes to shared memory
         } else {
           // dV and dK; with kReleaseStageBeforeDq the dQ GEMM may still run while the stage goes back.
