@@ -61,9 +61,17 @@ void check_blocks(const Problem& p, int block_m) {
   EXPECT_LE(reinterpret_cast<uintptr_t>(w.dq_accum + rows * kKernel.qk), end);
   EXPECT_LE(reinterpret_cast<uintptr_t>(w.semaphores + rows / BackwardWorkspace::kSemaphoreRows), end);
   EXPECT_LE(reinterpret_cast<uintptr_t>(w.dpsum + rows), reinterpret_cast<uintptr_t>(w.dq_accum));
+  EXPECT_LE(reinterpret_cast<uintptr_t>(w.semaphores + rows / BackwardWorkspace::kSemaphoreRows),
+            reinterpret_cast<uintptr_t>(w.sink_partials));
+  EXPECT_LE(reinterpret_cast<uintptr_t>(w.sink_partials + rows / BackwardWorkspace::kRowBlock), end);
+  if (w.dk_accum != nullptr) {
+    EXPECT_LE(reinterpret_cast<uintptr_t>(w.sink_partials + rows / BackwardWorkspace::kRowBlock),
+              reinterpret_cast<uintptr_t>(w.dk_accum));
+  }
 
   std::set<long long> rows_taken;
   std::set<const int32_t*> semaphores_taken;
+  std::set<const double*> sink_partials_taken;
   for (int head : std::set<int>{0, p.heads - 1}) {
     for (int b = 0; b < p.batch; ++b) {
       const long long start = w.sequence_row(p.queries, b);
@@ -72,6 +80,10 @@ void check_blocks(const Problem& p, int block_m) {
       for (int m = 0; m * block_m < length; ++m) {
         const long long first = w.row_index(head, start + static_cast<long long>(m) * block_m);
         EXPECT_TRUE(semaphores_taken.insert(w.semaphore(first)).second) << "sequence " << b << " block " << m;
+        if (block_m == BackwardWorkspace::kRowBlock) {  // the preprocess's blocks, one sink partial each
+          EXPECT_TRUE(sink_partials_taken.insert(w.sink_partial(first)).second) << "sequence " << b << " block " << m;
+          EXPECT_LT(w.sink_partial(first) - w.sink_partials, rows / BackwardWorkspace::kRowBlock);
+        }
         EXPECT_LT(w.semaphore(first) - w.semaphores, rows / BackwardWorkspace::kSemaphoreRows);
         for (long long r = first; r < first + block_m; ++r) {
           ASSERT_TRUE(rows_taken.insert(r).second) << "row " << r << " of sequence " << b << " block " << m;
@@ -127,6 +139,7 @@ void check_key_blocks(const Problem& p, int block_n) {
   EXPECT_LE(reinterpret_cast<uintptr_t>(w.dv_accum + key_rows * kKernel.v), reinterpret_cast<uintptr_t>(w.kv_semaphores));
   std::set<long long> rows_taken;
   std::set<const int32_t*> semaphores_taken;
+  std::set<const double*> sink_partials_taken;
   for (int head_kv : std::set<int>{0, p.heads_kv - 1}) {
     for (int b = 0; b < p.batch; ++b) {
       const long long start = w.sequence_row(p.keys, b);

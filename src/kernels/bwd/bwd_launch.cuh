@@ -14,7 +14,6 @@
 #include "kernels/bwd/bwd_kernel_traits.cuh"
 #include "kernels/bwd/bwd_postprocess.cuh"
 #include "kernels/bwd/bwd_preprocess.cuh"
-#include "kernels/bwd/bwd_sink_gradient.cuh"
 #include "kernels/common/constants.hpp"
 #include "kernels/common/cutlass_element.hpp"
 #include "kernels/common/grid_dependency.cuh"
@@ -120,10 +119,12 @@ cudaError_t launch_backward_gradients(const Problem& problem, const BackwardTens
       return e;
     }
   }
+  // With attention sinks the preprocess and the dQ postprocess also compute their gradient.
+  const float* sinks = tensors.dsinks != nullptr ? tensors.sinks : nullptr;
   if (has_queries) {
     backward_preprocess_kernel<Element, kHeadDim, kHeadDimV>
         <<<blocks_of(BackwardWorkspace::kRowBlock), kPreprocessThreads, 0, stream>>>(
-            problem, tensors.o, tensors.dout, tensors.lse, params.workspace);
+            problem, tensors.o, tensors.dout, tensors.lse, sinks, params.workspace);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
 
@@ -142,7 +143,8 @@ cudaError_t launch_backward_gradients(const Problem& problem, const BackwardTens
         launch_overlapping_previous(main_kernel, main_grid, Traits::kThreads, Traits::kSharedBytes, stream, params);
     if (e != cudaSuccess) return e;
     e = launch_overlapping_previous(&backward_postprocess_kernel<Traits>, query_blocks, Traits::kMmaThreads, 0,
-                                    stream, problem, tensors.dq, params.workspace, head_slices, deterministic);
+                                    stream, problem, tensors.dq, params.workspace, head_slices, deterministic,
+                                    tensors.dsinks);
     if (e != cudaSuccess || head_slices == 1) return e;
     // After the dQ postprocess, whose last CTA waits for the main kernel to complete.
     const dim3 key_row_blocks((problem.max_seqlen_k + BackwardWorkspace::kRowBlock - 1) / BackwardWorkspace::kRowBlock,
@@ -161,15 +163,10 @@ cudaError_t launch_backward_kernels(const Problem& problem, const BackwardTensor
   if (score_variant(problem) != kScores) return cudaErrorInvalidValue;  // the dispatcher's job
   const cudaError_t e = launch_backward_gradients<kDType, kHeadDim, kHeadDimV, kScores>(problem, tensors, workspace,
                                                                                         deterministic, device, stream);
-  if (e != cudaSuccess || tensors.dsinks == nullptr) return e;
-  // Attention sinks: their gradient from LSE and the preprocess's D, once the other kernels are
-  // launched (stream order); without a query row it is 0.
-  if (problem.max_seqlen_q == 0) return cudaMemsetAsync(tensors.dsinks, 0, sizeof(float) * problem.heads, stream);
-  using Traits = BackwardTraitsOf<kDType, kHeadDim, kHeadDimV, kScores>;
-  const BackwardWorkspace ws = BackwardWorkspace::carve(workspace, problem, HeadDimPair{kHeadDim, kHeadDimV});
-  backward_sink_gradient_kernel<Traits>
-      <<<problem.heads, kSinkGradientThreads, 0, stream>>>(problem, tensors.lse, tensors.sinks, tensors.dsinks, ws);
-  return cudaGetLastError();
+  if (e != cudaSuccess || tensors.dsinks == nullptr || problem.max_seqlen_q > 0) return e;
+  // Attention sinks without a query row: their gradient is 0 (with rows, the preprocess and the dQ
+  // postprocess computed it).
+  return cudaMemsetAsync(tensors.dsinks, 0, sizeof(float) * problem.heads, stream);
 }
 
 }  // namespace hopattn

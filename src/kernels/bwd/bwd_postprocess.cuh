@@ -7,6 +7,7 @@
 #include <cute/tensor.hpp>
 
 #include "kernels/bwd/bwd_params.cuh"
+#include "kernels/bwd/bwd_sink_gradient.cuh"
 #include "kernels/common/grid_dependency.cuh"
 
 namespace hopattn {
@@ -35,15 +36,21 @@ CUTE_DEVICE void wait_for_dq_sums(const Problem& problem, const BackwardWorkspac
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kMmaThreads) backward_postprocess_kernel(
     const Problem problem, const RowTensor dq, const BackwardWorkspace ws, const int head_slices,
-    const bool deterministic) {
+    const bool deterministic, float* dsinks) {
   using namespace cute;
   using Element = typename Traits::Element;
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
-  // The call must not complete before the main kernel has (dK and dV): the grid's last CTA waits.
+  // The call must not complete before the main kernel has (dK and dV): the grid's last CTA waits,
+  // and then, with attention sinks, adds up their gradient (bwd_sink_gradient.cuh).
   const bool last_cta = m_block == gridDim.x - 1 && head == gridDim.y - 1 && batch == gridDim.z - 1;
+  auto finish = [&] {
+    if (!last_cta) return;
+    wait_for_previous_kernel();
+    if (dsinks != nullptr) sum_sink_partials<Traits::kMmaThreads>(problem, ws, dsinks);
+  };
   const Sequence seq = problem.queries.sequence(batch);
   if (m_block * Traits::kBlockM >= seq.length) {
-    if (last_cta) wait_for_previous_kernel();
+    finish();
     return;
   }
   const long long first = ws.row_index(head, ws.sequence_row(problem.queries, batch) + m_block * Traits::kBlockM);
@@ -91,7 +98,7 @@ __global__ void __launch_bounds__(Traits::kMmaThreads) backward_postprocess_kern
     *reinterpret_cast<uint4*>(dq.at<Element>(batch_index, seq.offset + m_block * Traits::kBlockM + r, head) +
                               chunk * 8) = v;
   }
-  if (last_cta) wait_for_previous_kernel();
+  finish();
 }
 
 // With head slices, the backward's last kernel, one CTA per (workspace key row block, KV head,

@@ -1,7 +1,9 @@
 // The backward's first kernel, one CTA per (workspace row block, head, batch): D = rowsum(dO * O)
 // and the LSE in log2 units into the workspace (padding rows get D = 0 and LSE = +inf, which makes
 // their P exactly 0 in the main kernel), and the block's dQ accumulator and semaphores cleared, so
-// every call starts from zero whatever the workspace held.
+// every call starts from zero whatever the workspace held. With attention sinks (`sinks` not null)
+// also the block's share of the sink's gradient (bwd_sink_gradient.cuh), from the D and LSE it
+// holds in registers.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,6 +13,7 @@
 #include <cute/config.hpp>
 
 #include "kernels/bwd/bwd_params.cuh"
+#include "kernels/bwd/bwd_sink_gradient.cuh"
 #include "kernels/common/constants.hpp"
 #include "kernels/common/grid_dependency.cuh"
 
@@ -21,7 +24,7 @@ inline constexpr int kPreprocessThreads = 256;
 // kHeadDim: the kernel's Q/K head dim (dQ's accumulator rows); kHeadDimV: its V head dim (O, dO).
 template <class Element, int kHeadDim, int kHeadDimV>
 __global__ void __launch_bounds__(kPreprocessThreads) backward_preprocess_kernel(
-    const Problem problem, const RowTensor o, const RowTensor dout, const RowTensor lse,
+    const Problem problem, const RowTensor o, const RowTensor dout, const RowTensor lse, const float* sinks,
     const BackwardWorkspace ws) {
   constexpr int kRows = BackwardWorkspace::kRowBlock;
   constexpr int kVector = 8;  // 16-byte loads of 16-bit elements
@@ -65,6 +68,8 @@ __global__ void __launch_bounds__(kPreprocessThreads) backward_preprocess_kernel
     ws.semaphore(first)[threadIdx.x] = 0;
   }
 
+  const float sink = sinks != nullptr ? sinks[head] : -INFINITY;
+  double sink_term = 0.0;  // this thread's rows' terms of the sink's gradient
   CUTE_UNROLL
   for (int pass = 0; pass < kPasses; ++pass) {
     const Element* x = reinterpret_cast<const Element*>(&a[pass]);
@@ -79,8 +84,10 @@ __global__ void __launch_bounds__(kPreprocessThreads) backward_preprocess_kernel
       // Padding rows and rows that see no key (LSE = -inf) get +inf: their P is zero.
       ws.dpsum[first + r] = d;
       ws.lse_log2[first + r] = l[pass] == -INFINITY ? INFINITY : l[pass] * kLog2e;
+      sink_term += sink_gradient_term(sink, l[pass], d);
     }
   }
+  if (sinks != nullptr) store_sink_partial<kPreprocessThreads>(sink_term, ws.sink_partial(first));
 }
 
 }  // namespace hopattn

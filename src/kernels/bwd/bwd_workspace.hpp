@@ -7,6 +7,9 @@
 //             have added into it (deterministic mode); a block of more rows uses its first one.
 //             Without determinism the first one of each (sequence, KV head) counts the key blocks
 //             that have finished instead (finished_key_blocks)
+//   sink_partials (heads, padded_rows / kRowBlock) fp64  with attention sinks, per block of kRowBlock
+//             rows: -sum over its rows of exp(sink - LSE) * D (the preprocess's), which the dQ
+//             postprocess adds up per head into dsinks (sink_partial)
 // With GQA (heads_kv < heads) also, for the head slices (backward_head_slices below):
 //   dk_accum, dv_accum (heads_kv, padded_key_rows, head_dim / head_dim_v) fp32, row-major: dK
 //             (times the softmax scale) and dV summed over the slices of a key block
@@ -40,6 +43,7 @@ struct BackwardWorkspace {
   float* dpsum = nullptr;
   float* dq_accum = nullptr;
   int32_t* semaphores = nullptr;
+  double* sink_partials = nullptr;
   float* dk_accum = nullptr;  // null without GQA
   float* dv_accum = nullptr;
   int32_t* kv_semaphores = nullptr;
@@ -72,7 +76,7 @@ struct BackwardWorkspace {
     const long long rows = static_cast<long long>(p.heads) * padded_rows_for(p);
     const size_t per_row = sizeof(float) * (2 + static_cast<size_t>(kernel.qk));
     return static_cast<size_t>(rows) * per_row + static_cast<size_t>(rows / kSemaphoreRows) * sizeof(int32_t) +
-           4 * kAlignment + kv_bytes_for(p, kernel);
+           static_cast<size_t>(rows / kRowBlock) * sizeof(double) + 5 * kAlignment + kv_bytes_for(p, kernel);
   }
 
   // Carves the arrays out of `base` (16-byte aligned, at least bytes_for() bytes).
@@ -91,10 +95,12 @@ struct BackwardWorkspace {
     w.dq_accum = reinterpret_cast<float*>(at);
     at = aligned(at + rows * static_cast<size_t>(kernel.qk) * sizeof(float));
     w.semaphores = reinterpret_cast<int32_t*>(at);
+    at = aligned(at + (rows / kSemaphoreRows) * sizeof(int32_t));
+    w.sink_partials = reinterpret_cast<double*>(at);
     w.padded_key_rows = padded_key_rows_for(p);
     if (w.padded_key_rows > 0) {
       const long long key_rows = static_cast<long long>(p.heads_kv) * w.padded_key_rows;
-      at = aligned(at + (rows / kSemaphoreRows) * sizeof(int32_t));
+      at = aligned(at + (rows / kRowBlock) * sizeof(double));
       w.dk_accum = reinterpret_cast<float*>(at);
       at = aligned(at + key_rows * static_cast<size_t>(kernel.qk) * sizeof(float));
       w.dv_accum = reinterpret_cast<float*>(at);
@@ -119,6 +125,8 @@ struct BackwardWorkspace {
   HOPATTN_HOST_DEVICE long long row_index(int head, long long padded_row) const {
     return head * padded_rows + padded_row;
   }
+  // The sink partial of the block of kRowBlock rows that starts at row_index `row`.
+  HOPATTN_HOST_DEVICE double* sink_partial(long long row) const { return sink_partials + row / kRowBlock; }
   // The semaphore of the query block that starts at row_index `row`.
   HOPATTN_HOST_DEVICE int32_t* semaphore(long long row) const { return semaphores + row / kSemaphoreRows; }
   // Index of (KV head, padded key row) into dk_accum / dv_accum rows.
