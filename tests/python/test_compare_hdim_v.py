@@ -14,7 +14,8 @@ import pytest
 
 from bench_scripts import load, run_args as args, table_rows
 from conftest import signature_bound_hopattn
-from test_compare_softcap import attend, direct_attention, flat, section, spans_of, write_canned
+from attention_formula import direct_attention, flat, spans_of
+from test_compare_softcap import attend, section, write_canned
 
 
 @pytest.fixture(scope="module")

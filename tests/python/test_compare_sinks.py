@@ -12,6 +12,7 @@ import types
 import pytest
 
 from bench_scripts import load, run_args as args, table_rows
+from attention_formula import direct_attention, flat, spans_of
 from conftest import signature_bound_hopattn
 
 
@@ -220,41 +221,6 @@ def test_figure_groups_and_names(compare):
 
 # ---- with PyTorch: the reference with sinks, its gradient and the checker, on CPU tensors ----
 
-def direct_attention(torch, q, k, v, sink, causal, window):
-    """One sequence, q (s, H, d), k, v (s, HKV, d), in their dtype, written out as docs/semantics.md
-    states it: p_ij = exp(s_ij) / (exp(sink_h) + sum_j' exp(s_ij')) over the visible keys, out_i =
-    sum_j p_ij v_j (no max subtraction: the tiny random inputs keep exp in range)."""
-    s, heads, d = q.shape
-    group = heads // k.shape[1]
-    i, j = torch.arange(s)[:, None], torch.arange(s)[None, :]
-    left, right = window
-    right = 0 if causal else right
-    visible = torch.ones(s, s, dtype=torch.bool)
-    if right >= 0:
-        visible = visible & (j <= i + right)
-    if left >= 0:
-        visible = visible & (j >= i - left)
-    outs = []
-    for h in range(heads):
-        weights = torch.exp(q[:, h] @ k[:, h // group].transpose(0, 1) / math.sqrt(d)) * visible
-        denominator = weights.sum(-1, keepdim=True) + (torch.exp(sink[h]) if sink is not None else 0)
-        outs.append((weights / denominator) @ v[:, h // group])
-    return torch.stack(outs, 1)
-
-
-def spans_of(q, cu=None):
-    """(start, stop) rows of each sequence of q in the flattened (tokens, heads, d) layout: from
-    cu_seqlens when packed (varlen), else from q's (batch, seqlen, heads, d) shape."""
-    if cu is not None:
-        cu = cu.tolist()
-        return list(zip(cu[:-1], cu[1:]))
-    return [(b * q.shape[1], (b + 1) * q.shape[1]) for b in range(q.shape[0])]
-
-
-def flat(x):
-    return x.reshape(-1, *x.shape[-2:])
-
-
 def problem(compare, varlen, window=(-1, -1), sinks=True):
     lengths = [24, 40] if varlen else None
     return compare.Problem("bf16", 32, True, 2, 32, 4, 2, lengths, window=window, sinks=sinks)
@@ -270,7 +236,7 @@ def test_reference_with_sink_is_the_formula(compare, window):
     sink = t.sink.detach()[qh].double()
     out, dq, dk, dv = compare._attention_slice(torch, q, k, v, dout, True, torch.float64, window, sink)
     leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
-    expected = direct_attention(torch, leaves[0], leaves[1][:, None], leaves[2][:, None], sink, True, window)
+    expected = direct_attention(torch, leaves[0], leaves[1][:, None], leaves[2][:, None], True, window, sink)
     assert torch.allclose(out, expected, rtol=1e-12, atol=1e-12)
     grads = torch.autograd.grad(expected, leaves, dout)
     for got, want in zip((dq, dk, dv), grads):
@@ -291,7 +257,7 @@ def test_sink_gradient_is_autograd_of_the_formula(compare, varlen, window):
     # Autograd over every sequence of the batch, all heads, in float64.
     sink = t.sink.detach().double().requires_grad_(True)
     q, k, v, dout = (flat(x.detach().double()) for x in (t.q, t.k, t.v, t.dout))
-    loss = sum((direct_attention(torch, q[a:b], k[a:b], v[a:b], sink, True, window) * dout[a:b]).sum()
+    loss = sum((direct_attention(torch, q[a:b], k[a:b], v[a:b], True, window, sink) * dout[a:b]).sum()
                for a, b in spans_of(t.q, t.cu))
     (dsink,) = torch.autograd.grad(loss, sink)
     assert torch.allclose(exact, dsink[qh], rtol=1e-10, atol=1e-12)
@@ -323,7 +289,7 @@ def attend(torch, q, k, v, spans, sink, causal, window):
     """What an implementation computes, in float32 from the low-precision inputs, out rounded to their
     dtype, differentiable in q, k, v and the sink: flat (tokens, heads, d) tensors, spans the (start,
     stop) rows of each sequence. The stand-in for hopattn and FA4 on CPU."""
-    out = torch.cat([direct_attention(torch, *(x[a:b].float() for x in (q, k, v)), sink, causal, window)
+    out = torch.cat([direct_attention(torch, *(x[a:b].float() for x in (q, k, v)), causal, window, sink)
                      for a, b in spans])
     return out.to(q.dtype)
 

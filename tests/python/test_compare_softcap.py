@@ -13,6 +13,7 @@ import types
 import pytest
 
 from bench_scripts import load, run_args as args, table_rows
+from attention_formula import direct_attention, flat, spans_of
 from conftest import signature_bound_hopattn
 
 
@@ -309,32 +310,6 @@ def test_figure_groups_and_names(compare):
 
 # ---- with PyTorch: the reference with the cap, its gradients and the checker, on CPU tensors ----
 
-def direct_attention(torch, q, k, v, causal, window=(-1, -1), sink=None, softcap=0.0):
-    """One sequence, q (s, H, d), k, v (s, HKV, d), in their dtype, the formula of docs/semantics.md
-    written out: S_ij = c * tanh(q_i . k_j / sqrt(d) / c) (c = softcap; the plain score when 0),
-    p_ij = exp(S_ij) / (exp(sink_h) + sum_j' exp(S_ij')) over the visible keys, out_i = sum_j p_ij v_j.
-    No max subtraction: capped (or small random) scores keep exp in range."""
-    s, heads, d = q.shape
-    group = heads // k.shape[1]
-    i, j = torch.arange(s)[:, None], torch.arange(s)[None, :]
-    left, right = window
-    right = 0 if causal else right
-    visible = torch.ones(s, s, dtype=torch.bool)
-    if right >= 0:
-        visible = visible & (j <= i + right)
-    if left >= 0:
-        visible = visible & (j >= i - left)
-    outs = []
-    for h in range(heads):
-        scores = q[:, h] @ k[:, h // group].transpose(0, 1) / math.sqrt(d)
-        if softcap:
-            scores = softcap * torch.tanh(scores / softcap)
-        weights = torch.exp(scores) * visible
-        denominator = weights.sum(-1, keepdim=True) + (torch.exp(sink[h]) if sink is not None else 0)
-        outs.append((weights / denominator) @ v[:, h // group])
-    return torch.stack(outs, 1)
-
-
 def problem(compare, varlen=False, window=(-1, -1), sinks=False, softcap=2.0):
     """A small GQA problem (4 query heads over 2 KV heads, d32); softcap 2 bends scores of ~N(0, 1)
     well beyond rounding, so that a wrong cap shows (30 would barely touch them)."""
@@ -434,18 +409,6 @@ def test_sink_gradient_with_softcap(compare, varlen, window):
     # Without the cap the sink's gradient is another one.
     uncapped, *_ = compare._sink_gradient(torch, p.variant(softcap=0), t, qh, kvh)
     assert (uncapped - exact).abs().max() > 1e-3 * exact.abs().max()
-
-
-def spans_of(q, cu=None):
-    """(start, stop) rows of each sequence in the flattened (tokens, heads, d) layout."""
-    if cu is not None:
-        cu = cu.tolist()
-        return list(zip(cu[:-1], cu[1:]))
-    return [(b * q.shape[1], (b + 1) * q.shape[1]) for b in range(q.shape[0])]
-
-
-def flat(x):
-    return x.reshape(-1, *x.shape[-2:])
 
 
 def attend(torch, q, k, v, spans, causal, window=(-1, -1), sink=None, softcap=0.0, backward_cap=True):
