@@ -97,8 +97,8 @@ __global__ void __launch_bounds__(SplitCombineShape<Traits>::kThreads)
   // 2. This warp's pieces, weighted. A piece that saw no key (LSE -inf, weight 0) left no O: its
   // slot is read (it lies inside the workspace) but never used; rows past the sequence read row
   // 0's slots, and pieces past the last the last one's, also unused. All of a round's loads (every
-  // piece's and row's LSE and O) are issued before any is used: a row at a time, each row's weight
-  // waited for its LSE before the next row's loads went out, one memory latency per piece and row.
+  // piece's and row's LSE and O) are issued before any is used (issued a row at a time, each row's
+  // weight had waited for its LSE before the next row's loads went out: a latency per piece and row).
   float acc[kRows][kColumns];
   long long row_at[kRows];
   bool live[kRows];
