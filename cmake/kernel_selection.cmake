@@ -26,6 +26,18 @@ if(HOPATTN_SOFTCAP)
 else()
   set(HOPATTN_SOFTCAP_CXX false)
 endif()
+# The FP8 (e4m3) forward kernels, one per head dim (forward only, plain scores; docs/semantics.md).
+# On by default (one kernel per head dim; -DHOPATTN_FP8=OFF leaves them out). Also from the environment.
+set(_default_fp8 ON)
+if(DEFINED ENV{HOPATTN_FP8})
+  set(_default_fp8 $ENV{HOPATTN_FP8})
+endif()
+option(HOPATTN_FP8 "Build the FP8 (e4m3) forward kernels" ${_default_fp8})
+if(HOPATTN_FP8)
+  set(HOPATTN_FP8_CXX true)
+else()
+  set(HOPATTN_FP8_CXX false)
+endif()
 set(HOPATTN_DTYPES "${_default_dtypes}" CACHE STRING "Dtypes to build kernels for (subset of ${_all_dtypes})")
 
 foreach(_d IN LISTS HOPATTN_HEADDIMS)

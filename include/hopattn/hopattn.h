@@ -26,7 +26,13 @@ typedef enum hopattn_status {
   HOPATTN_ERROR_CUDA = 4
 } hopattn_status;
 
-typedef enum hopattn_dtype { HOPATTN_FLOAT16 = 0, HOPATTN_BFLOAT16 = 1, HOPATTN_FLOAT32 = 2 } hopattn_dtype;
+/* HOPATTN_FLOAT8_E4M3: q, k and v of the FP8 forward (OCP e4m3; hopattn.hpp, DType). */
+typedef enum hopattn_dtype {
+  HOPATTN_FLOAT16 = 0,
+  HOPATTN_BFLOAT16 = 1,
+  HOPATTN_FLOAT32 = 2,
+  HOPATTN_FLOAT8_E4M3 = 3
+} hopattn_dtype;
 
 #define HOPATTN_MAX_RANK 4
 
@@ -89,6 +95,11 @@ typedef struct hopattn_forward_args {
    * > 0 caps every score at softcap * tanh(softmax_scale * q.k / softcap); 0 (the default) leaves
    * the scores alone; a negative, NaN or infinite softcap is HOPATTN_ERROR_INVALID_ARGUMENT. */
   float softcap;
+  /* Added after 0.1.0: FP8 inputs (hopattn.hpp, ForwardArgs; docs/semantics.md, "FP8"). With q, k, v
+   * of HOPATTN_FLOAT8_E4M3, o is float16 or bfloat16 and each of these optional float32
+   * (batch, heads_kv) factors scales its input: an element of batch b and KV head g stands for
+   * element * descale[b][g] (q's heads take their KV head's). data == NULL: 1. FP8 has no backward. */
+  hopattn_tensor q_descale, k_descale, v_descale;
 } hopattn_forward_args;
 
 typedef struct hopattn_backward_args {

@@ -20,7 +20,8 @@ using Stream = CUstream_st*;  // a cudaStream_t; nullptr is the legacy default s
 enum class DType : int32_t {
   kFloat16 = 0,
   kBFloat16 = 1,
-  kFloat32 = 2,  // LSE only
+  kFloat32 = 2,     // LSE, sinks and FP8 descale factors
+  kFloat8E4M3 = 3,  // Q, K and V of the FP8 forward (OCP e4m3, PyTorch's float8_e4m3fn)
 };
 
 const char* dtype_name(DType dtype);
@@ -118,6 +119,8 @@ struct PageTable {
 
 // Q and K have head dim d, V its own, d_v (its last dimension; V, O, dO and dV have it): each a
 // multiple of 8 in [8, 256], d_v smaller than, equal to or larger than d (DeepSeek's MLA: 192, 128).
+// FP8 inputs (q, k, v all kFloat8E4M3; docs/semantics.md, "FP8") need d and d_v multiples of 16
+// and write O in its own dtype, bf16 or fp16; they have no backward.
 struct ForwardArgs {
   Tensor q;    // (batch, seqlen_q, H, d)
   Tensor k;    // (batch, seqlen_k, H_kv, d)
@@ -145,6 +148,13 @@ struct ForwardArgs {
   // Softcapping (Gemma 2; docs/semantics.md, "Softcap"): > 0 caps every score at
   // S = softcap * tanh(softmax_scale * q.k / softcap); 0 leaves the scores alone.
   float softcap = 0.0f;
+  // Descale factors of FP8 inputs (FlashAttention-3's; docs/semantics.md, "FP8"): optional fp32
+  // (batch, H_kv), only with kFloat8E4M3 q, k, v. An element of batch b and KV head g stands for
+  // element * descale[b][g]; q's heads take the factor of their KV head, h / (H / H_kv). Absent
+  // (data == nullptr): 1.
+  Tensor q_descale;
+  Tensor k_descale;
+  Tensor v_descale;
 };
 
 // Rotary position embedding of q and the new keys in forward_kvcache (RoPE). The first

@@ -43,6 +43,7 @@ ERROR_CUDA = 4
 FLOAT16 = 0
 BFLOAT16 = 1
 FLOAT32 = 2
+FLOAT8_E4M3 = 3
 
 MAX_RANK = 4
 
@@ -151,6 +152,9 @@ class ForwardArgs(ctypes.Structure):
         ("page_table", PageTable),
         ("sinks", Tensor),
         ("softcap", ctypes.c_float),
+        ("q_descale", Tensor),
+        ("k_descale", Tensor),
+        ("v_descale", Tensor),
     ]
 
 
@@ -228,7 +232,9 @@ def _padded(fmt: str, ctype) -> struct.Struct:
     return struct.Struct("@" + fmt + (f"{pad}x" if pad else ""))
 
 
-_FORWARD = _padded("N" + _TENSOR_FMT * 5 + _COMMON_TAIL_FMT + "2i" + _PAGE_TABLE_FMT + _TENSOR_FMT + "f", ForwardArgs)
+# q..lse, the common tail, num_splits and pack_gqa, page_table, sinks, softcap, q/k/v_descale.
+_FORWARD_FMT = "N" + _TENSOR_FMT * 5 + _COMMON_TAIL_FMT + "2i" + _PAGE_TABLE_FMT + _TENSOR_FMT + "f" + _TENSOR_FMT * 3
+_FORWARD = _padded(_FORWARD_FMT, ForwardArgs)
 _BACKWARD = _padded("N" + _TENSOR_FMT * 9 + _COMMON_TAIL_FMT + "i" + _TENSOR_FMT * 2 + "f", BackwardArgs)
 _KVCACHE = _padded(_KVCACHE_CACHE_FMT + _KVCACHE_APPEND_FMT + _TENSOR_FMT * 2 + "f5i" + _TENSOR_FMT + "f", KVCacheArgs)
 FORWARD_ARGS_SIZE = ctypes.sizeof(ForwardArgs)
@@ -254,6 +260,8 @@ def _check_layouts() -> None:
             ("page_table", "N" + tensor * 5 + _COMMON_TAIL_FMT + "2i"),
             ("sinks", "N" + tensor * 5 + _COMMON_TAIL_FMT + "2i" + _PAGE_TABLE_FMT + "0P"),
             ("softcap", "N" + tensor * 5 + _COMMON_TAIL_FMT + "2i" + _PAGE_TABLE_FMT + "0P" + tensor),
+            ("q_descale", _FORWARD_FMT[: -len(tensor) * 3] + "0P"),
+            ("v_descale", _FORWARD_FMT[: -len(tensor)] + "0P"),
         ],
         BackwardArgs: [
             ("dv", "N" + tensor * 8),
@@ -309,17 +317,19 @@ PACK_GQA_AUTO = -1
 
 def pack_forward(
     q, k, v, o, lse, softmax_scale, causal, window_left, window_right, varlen=EMPTY_VARLEN, num_splits=0,
-    pack_gqa=PACK_GQA_AUTO, page_table=EMPTY_PAGE_TABLE, sinks=EMPTY_TENSOR, softcap=0.0,
+    pack_gqa=PACK_GQA_AUTO, page_table=EMPTY_PAGE_TABLE, sinks=EMPTY_TENSOR, softcap=0.0, q_descale=EMPTY_TENSOR,
+    k_descale=EMPTY_TENSOR, v_descale=EMPTY_TENSOR,
 ) -> bytes:  # fmt: skip
     """hopattn_forward_args as bytes: q..lse are tensor_fields() tuples, varlen 10 values
     (cu_seqlens_q ptr, size, cu_seqlens_k ptr, size, seqused_q ptr, size, seqused_k ptr, size,
     max_seqlen_q, max_seqlen_k); num_splits (0: chosen) and pack_gqa (-1: chosen, 0: off, 1: on)
     as in hopattn.h; page_table 4 values (ptr, batch, max_pages, row_stride); sinks the
     tensor_fields() of the float32 (heads,) attention sinks (EMPTY_TENSOR: none); softcap the
-    score cap (0.0: off)."""
+    score cap (0.0: off); q/k/v_descale the tensor_fields() of FP8 inputs' float32
+    (batch, heads_kv) descale factors (EMPTY_TENSOR: 1)."""
     return _FORWARD.pack(
         FORWARD_ARGS_SIZE, *q, *k, *v, *o, *lse, softmax_scale, causal, window_left, window_right, *varlen,
-        num_splits, pack_gqa, *page_table, *sinks, softcap,
+        num_splits, pack_gqa, *page_table, *sinks, softcap, *q_descale, *k_descale, *v_descale,
     )  # fmt: skip
 
 
@@ -451,6 +461,9 @@ def _check_library_layout(lib) -> None:
         else:
             defaults_differ |= args.num_splits != 0 or args.pack_gqa != PACK_GQA_AUTO
             defaults_differ |= args.page_table.data is not None or args.page_table.row_stride != 0
+        if ctype is ForwardArgs:
+            for descale in (args.q_descale, args.k_descale, args.v_descale):
+                defaults_differ |= descale.data is not None or descale.rank != 0
         if args.struct_size != size or defaults_differ:
             raise ImportError(
                 f"hopattn: {name} sets struct_size {args.struct_size} (Python expects {size}) or other defaults "

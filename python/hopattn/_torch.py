@@ -25,7 +25,10 @@ from ._capi import ArgumentTypeError, InvalidArgumentError, NotSupportedError
 
 Tensor = torch.Tensor
 
-_DTYPE_CODES = {torch.float16: _capi.FLOAT16, torch.bfloat16: _capi.BFLOAT16}
+_FP8 = torch.float8_e4m3fn  # FP8 inputs (forward only): the library's float8_e4m3
+_DTYPE_CODES = {torch.float16: _capi.FLOAT16, torch.bfloat16: _capi.BFLOAT16, _FP8: _capi.FLOAT8_E4M3}
+_FP8_NO_BACKWARD = ("hopattn: attention on float8_e4m3fn inputs has a forward only (FP8 has no backward); call it "
+                    "under torch.no_grad() or on tensors that do not require grad, or train in bfloat16/float16")
 
 # How many TorchDispatchModes are active (a private function with a stable name since 2.1).
 _len_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
@@ -70,7 +73,8 @@ def _check_tensors(q, others, ranks: str) -> None:
         if t.dim() > _capi.MAX_RANK:  # the C struct holds at most 4 dimensions
             raise InvalidArgumentError(f"{name} has {t.dim()} dimensions but must have {ranks}")
     if q.dtype not in _DTYPE_CODES:
-        raise ArgumentTypeError(f"q.dtype is {q.dtype} but must be torch.float16 or torch.bfloat16")
+        raise ArgumentTypeError(f"q.dtype is {q.dtype} but must be torch.float16 or torch.bfloat16 (or, forward "
+                                "only, torch.float8_e4m3fn)")
     for name, t in others:
         if t.dtype != q.dtype:
             raise ArgumentTypeError(f"{name}.dtype is {t.dtype} but must be {q.dtype} (the dtype of q)")
@@ -172,6 +176,60 @@ def _softcap(softcap) -> float:
         raise InvalidArgumentError(f"softcap is {softcap} but must be 0 (off) or a positive finite cap: scores "
                                    "become softcap * tanh(score / softcap)")
     return softcap
+
+
+def _out_dtype(q, out_dtype) -> torch.dtype:
+    """out's dtype: q's for float16/bfloat16 inputs; for float8_e4m3fn inputs out_dtype, None meaning
+    bfloat16 (FlashAttention-3's), which must be 16-bit: there is no FP8 output."""
+    if q.dtype != _FP8:
+        if out_dtype is not None and out_dtype != q.dtype:
+            raise ArgumentTypeError(f"out_dtype is {out_dtype} but q.dtype is {q.dtype}: float16 and bfloat16 inputs "
+                                    "give an out of their own dtype (out_dtype is for float8_e4m3fn inputs)")
+        return q.dtype
+    if out_dtype is None:
+        return torch.bfloat16
+    if out_dtype not in (torch.bfloat16, torch.float16):
+        raise ArgumentTypeError(f"out_dtype is {out_dtype} but must be torch.bfloat16 or torch.float16: "
+                                "float8_e4m3fn inputs give a 16-bit out (there is no FP8 output)")
+    return out_dtype
+
+
+def _check_descales(q, q_descale, k_descale, v_descale) -> None:
+    """FP8 inputs' descale factors: each None (1) or a float32 (batch, heads_kv) tensor on q's
+    device, for float8_e4m3fn inputs only (FlashAttention-3's q_descale, k_descale, v_descale).
+    Checked here too so that the fake implementations reject what the library would; the library
+    checks the shape against the problem."""
+    for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
+        if t is None:
+            continue
+        if not isinstance(t, Tensor):
+            raise ArgumentTypeError(f"{name} must be a torch.Tensor of float32, got {type(t).__name__}")
+        if q.dtype != _FP8:
+            raise InvalidArgumentError(f"{name} is given but q.dtype is {q.dtype}: descale factors belong to "
+                                       "torch.float8_e4m3fn inputs only")
+        if t.dtype != torch.float32:
+            raise ArgumentTypeError(f"{name}.dtype is {t.dtype} but must be torch.float32")
+        if t.device != q.device:
+            raise InvalidArgumentError(f"{name} is on {t.device} but q is on {q.device}; all tensors must share a "
+                                       "device")
+        if t.dim() != 2:
+            raise InvalidArgumentError(f"{name} has shape {tuple(t.shape)} but must be (batch, heads_kv)")
+
+
+def _descale(t: Optional[Tensor]) -> Optional[Tensor]:
+    """A descale as the library reads it: the heads contiguous (a copy of, say, a tensor expanded
+    from one value). Callers hold the result until the launch, as with _sink."""
+    return t if t is None or t.shape[1] <= 1 or t.stride(1) == 1 else t.contiguous()
+
+
+def _descale_fields(t: Optional[Tensor]) -> tuple:
+    return _capi.EMPTY_TENSOR if t is None else _fields(t, _capi.FLOAT32)
+
+
+def _refuse_fp8_backward(q) -> None:
+    """The backward's (and its fake's) refusal of FP8 inputs, which have a forward only."""
+    if q.dtype == _FP8:
+        raise NotSupportedError(_FP8_NO_BACKWARD)
 
 
 # --- launches -------------------------------------------------------------------------------------
@@ -276,13 +334,21 @@ def forward_impl(
     page_table: Optional[Tensor] = None,
     sinks: Optional[Tensor] = None,
     softcap: float = 0.0,
+    q_descale: Optional[Tensor] = None,
+    k_descale: Optional[Tensor] = None,
+    v_descale: Optional[Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
     with_lse: bool = True,
 ) -> Tuple[Tensor, Optional[Tensor]]:
     """(out, lse); with_lse=False skips the LSE (None): one allocation less per call where nobody
     needs it (inference without gradients). With page_table, k and v are pages (chunked prefill);
     sinks: the float32 (heads,) attention sinks (learnable_sink) or None; softcap: the score cap
-    (0: off), which the library validates."""
+    (0: off), which the library validates; q/k/v_descale and out_dtype: float8_e4m3fn inputs'
+    descale factors and out's dtype (see _check_descales, _out_dtype)."""
     _check_qkv(q, k, v)
+    out_dtype = _out_dtype(q, out_dtype)
+    _check_descales(q, q_descale, k_descale, v_descale)
+    q_descale, k_descale, v_descale = _descale(q_descale), _descale(k_descale), _descale(v_descale)
     if sinks is not None:
         _check_sink(sinks, q)
         sinks = _sink(sinks)
@@ -297,13 +363,13 @@ def forward_impl(
         seqused_q, seqused_k = _index_array(seqused_q), _index_array(seqused_k)
         # Rows that no sequence covers (or beyond seqused) are not written by the library: they
         # read as rows that see no key, O = 0 and LSE = -inf.
-        out = torch.zeros(_out_shape(q, v), dtype=q.dtype, device=q.device)
+        out = torch.zeros(_out_shape(q, v), dtype=out_dtype, device=q.device)
         lse = None
         if with_lse:
             lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
         varlen_fields = _varlen_fields(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
     else:
-        out = torch.empty(_out_shape(q, v), dtype=q.dtype, device=q.device)
+        out = torch.empty(_out_shape(q, v), dtype=out_dtype, device=q.device)
         lse = None
         if with_lse:
             lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
@@ -312,7 +378,7 @@ def forward_impl(
         _fields(q, code),
         _fields(k, code),
         _fields(v, code),
-        _fields(out, code),
+        _fields(out, _DTYPE_CODES[out_dtype]),
         _fields(lse, _capi.FLOAT32) if with_lse else _capi.EMPTY_TENSOR,
         float(softmax_scale),
         int(bool(causal)),
@@ -324,6 +390,9 @@ def forward_impl(
         _page_table_fields(page_table),
         _sink_fields(sinks),
         float(softcap),
+        _descale_fields(q_descale),
+        _descale_fields(k_descale),
+        _descale_fields(v_descale),
     )
     with _OnDevice(q.device) as stream:
         # The size depends on the device (its SM count), hence inside the device scope.
@@ -361,6 +430,7 @@ def backward_impl(
     """(dq, dk, dv, dsinks): dsinks, the gradient of the float32 (heads,) attention sinks, is None
     without sinks. softcap is the forward's."""
     _check_qkv(q, k, v)
+    _refuse_fp8_backward(q)
     if sinks is not None:
         _check_sink(sinks, q)
         sinks = _sink(sinks)
@@ -545,24 +615,35 @@ def _forward_op(
     pack_gqa: int,
     learnable_sink: Optional[Tensor] = None,
     softcap: float = 0.0,
+    q_descale: Optional[Tensor] = None,
+    k_descale: Optional[Tensor] = None,
+    v_descale: Optional[Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
 ) -> Tuple[Tensor, Tensor]:
     return forward_impl(
         q, k, v, None, None, None, None, 0, 0, softmax_scale, causal, window_left, window_right, num_splits, pack_gqa,
-        None, learnable_sink, softcap,
+        None, learnable_sink, softcap, q_descale, k_descale, v_descale, out_dtype,
     )  # fmt: skip
+
+
+def _fake_out(q, v, q_descale, k_descale, v_descale, out_dtype) -> Tensor:
+    """The fake implementations' out, after the checks of the FP8 arguments."""
+    _check_descales(q, q_descale, k_descale, v_descale)
+    return q.new_empty(_out_shape(q, v), dtype=_out_dtype(q, out_dtype))
 
 
 @_forward_op.register_fake
 def _forward_fake(
     q, k, v, softmax_scale, causal, window_left, window_right, deterministic, num_splits, pack_gqa, learnable_sink=None,
-    softcap=0.0,
+    softcap=0.0, q_descale=None, k_descale=None, v_descale=None, out_dtype=None,
 ):  # fmt: skip
     _check_qkv(q, k, v)
     _check_rank(q, k, v, varlen=False)
     if learnable_sink is not None:
         _check_sink(learnable_sink, q)
     _softcap(softcap)
-    return q.new_empty(_out_shape(q, v)), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+    out = _fake_out(q, v, q_descale, k_descale, v_descale, out_dtype)
+    return out, q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
 @torch.library.custom_op("hopattn::forward_varlen", mutates_args=())
@@ -586,10 +667,15 @@ def _forward_varlen_op(
     page_table: Optional[Tensor] = None,
     learnable_sink: Optional[Tensor] = None,
     softcap: float = 0.0,
+    q_descale: Optional[Tensor] = None,
+    k_descale: Optional[Tensor] = None,
+    v_descale: Optional[Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
 ) -> Tuple[Tensor, Tensor]:
     return forward_impl(
         q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k,
         softmax_scale, causal, window_left, window_right, num_splits, pack_gqa, page_table, learnable_sink, softcap,
+        q_descale, k_descale, v_descale, out_dtype,
     )  # fmt: skip
 
 
@@ -597,7 +683,7 @@ def _forward_varlen_op(
 def _forward_varlen_fake(
     q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k,
     softmax_scale, causal, window_left, window_right, deterministic, num_splits, pack_gqa, page_table=None,
-    learnable_sink=None, softcap=0.0,
+    learnable_sink=None, softcap=0.0, q_descale=None, k_descale=None, v_descale=None, out_dtype=None,
 ):  # fmt: skip
     _check_qkv(q, k, v)
     if page_table is None:
@@ -609,7 +695,8 @@ def _forward_varlen_fake(
     if learnable_sink is not None:
         _check_sink(learnable_sink, q)
     _softcap(softcap)
-    return q.new_empty(_out_shape(q, v)), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    out = _fake_out(q, v, q_descale, k_descale, v_descale, out_dtype)
+    return out, q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
 @torch.library.custom_op("hopattn::forward_kvcache", mutates_args=("k_cache", "v_cache"))
@@ -705,6 +792,7 @@ def _backward_fake(
     dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, deterministic, learnable_sink=None,
     softcap=0.0,
 ):  # fmt: skip
+    _refuse_fp8_backward(q)
     _softcap(softcap)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), _sink_gradient_fake(learnable_sink, q)
 
@@ -743,13 +831,19 @@ def _backward_varlen_fake(
     dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k,
     softmax_scale, causal, window_left, window_right, deterministic, learnable_sink=None, softcap=0.0,
 ):  # fmt: skip
+    _refuse_fp8_backward(q)
     _softcap(softcap)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), _sink_gradient_fake(learnable_sink, q)
 
 
+# The FP8 arguments (q/k/v_descale, out_dtype) come last in the forward operators; FP8 inputs have
+# no backward, which backward_impl (and the backward operators' fakes) refuse.
+_FP8_ARGUMENTS = 4
+
+
 def _setup_forward(ctx, inputs, output):
     (q, k, v, softmax_scale, causal, window_left, window_right, deterministic, _num_splits, _pack_gqa, sink,
-     softcap) = inputs  # fmt: skip
+     softcap) = inputs[:-_FP8_ARGUMENTS]  # fmt: skip
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, sink)
     ctx.params = (softmax_scale, causal, window_left, window_right, deterministic)
@@ -760,7 +854,7 @@ def _setup_forward(ctx, inputs, output):
 def _backward_forward(ctx, dout, dlse):
     q, k, v, out, lse, sink = ctx.saved_tensors
     dq, dk, dv, dsink = torch.ops.hopattn.backward(dout, q, k, v, out, lse, *ctx.params, sink, ctx.softcap)
-    return (dq, dk, dv) + (None,) * 7 + (dsink if sink is not None else None, None)
+    return (dq, dk, dv) + (None,) * 7 + (dsink if sink is not None else None, None) + (None,) * _FP8_ARGUMENTS
 
 
 _forward_op.register_autograd(_backward_forward, setup_context=_setup_forward)
@@ -768,7 +862,7 @@ _forward_op.register_autograd(_backward_forward, setup_context=_setup_forward)
 
 def _setup_forward_varlen(ctx, inputs, output):
     (q, k, v, cu_q, cu_k, used_q, used_k, max_q, max_k, softmax_scale, causal, window_left, window_right,
-     deterministic, _num_splits, _pack_gqa, page_table, sink, softcap) = inputs  # fmt: skip
+     deterministic, _num_splits, _pack_gqa, page_table, sink, softcap) = inputs[:-_FP8_ARGUMENTS]  # fmt: skip
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_q, used_k, sink)
     ctx.params = (max_q, max_k, softmax_scale, causal, window_left, window_right, deterministic)
@@ -784,7 +878,7 @@ def _backward_forward_varlen(ctx, dout, dlse):
     dq, dk, dv, dsink = torch.ops.hopattn.backward_varlen(
         dout, q, k, v, out, lse, cu_q, cu_k, used_q, used_k, *ctx.params, sink, ctx.softcap
     )
-    return (dq, dk, dv) + (None,) * 14 + (dsink if sink is not None else None, None)
+    return (dq, dk, dv) + (None,) * 14 + (dsink if sink is not None else None, None) + (None,) * _FP8_ARGUMENTS
 
 
 _forward_varlen_op.register_autograd(_backward_forward_varlen, setup_context=_setup_forward_varlen)
@@ -796,10 +890,10 @@ _forward_varlen_op.register_autograd(_backward_forward_varlen, setup_context=_se
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, softmax_scale, causal, window_left, window_right, deterministic, num_splits, pack_gqa,
-                sink, softcap):  # fmt: skip
+                sink, softcap, q_descale, k_descale, v_descale, out_dtype):  # fmt: skip
         out, lse = forward_impl(
             q, k, v, None, None, None, None, 0, 0, softmax_scale, causal, window_left, window_right, num_splits,
-            pack_gqa, None, sink, softcap,
+            pack_gqa, None, sink, softcap, q_descale, k_descale, v_descale, out_dtype,
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse, sink)
         ctx.params = (softmax_scale, causal, window_left, window_right, deterministic)
@@ -811,21 +905,21 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, dlse):
         if dout is None:  # out did not reach the loss
-            return (None,) * 12
+            return (None,) * (12 + _FP8_ARGUMENTS)
         q, k, v, out, lse, sink = ctx.saved_tensors
         s, c, wl, wr, det = ctx.params
         dq, dk, dv, dsink = backward_impl(dout, q, k, v, out, lse, None, None, None, None, 0, 0, s, c, wl, wr, det,
                                           sink, ctx.softcap)  # fmt: skip
-        return (dq, dk, dv) + (None,) * 7 + (dsink, None)
+        return (dq, dk, dv) + (None,) * 7 + (dsink, None) + (None,) * _FP8_ARGUMENTS
 
 
 class _AttentionVarlen(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, cu_q, cu_k, used_q, used_k, max_q, max_k, softmax_scale, causal, wl, wr, det, splits,
-                pack, sink, softcap):  # fmt: skip
+                pack, sink, softcap, q_descale, k_descale, v_descale, out_dtype):  # fmt: skip
         out, lse = forward_impl(
             q, k, v, cu_q, cu_k, used_q, used_k, max_q, max_k, softmax_scale, causal, wl, wr, splits, pack, None, sink,
-            softcap,
+            softcap, q_descale, k_descale, v_descale, out_dtype,
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_q, used_k, sink)
         ctx.params = (max_q, max_k, softmax_scale, causal, wl, wr, det)
@@ -837,12 +931,12 @@ class _AttentionVarlen(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, dlse):
         if dout is None:
-            return (None,) * 18
+            return (None,) * (18 + _FP8_ARGUMENTS)
         q, k, v, out, lse, cu_q, cu_k, used_q, used_k, sink = ctx.saved_tensors
         max_q, max_k, s, c, wl, wr, det = ctx.params
         dq, dk, dv, dsink = backward_impl(dout, q, k, v, out, lse, cu_q, cu_k, used_q, used_k, max_q, max_k, s, c, wl,
                                           wr, det, sink, ctx.softcap)  # fmt: skip
-        return (dq, dk, dv) + (None,) * 13 + (dsink, None)
+        return (dq, dk, dv) + (None,) * 13 + (dsink, None) + (None,) * _FP8_ARGUMENTS
 
 
 def _use_ops(*tensors) -> bool:
@@ -895,12 +989,17 @@ def attention(
     pack_gqa: Optional[bool] = None,
     learnable_sink: Optional[Tensor] = None,
     softcap: float = 0.0,
+    q_descale: Optional[Tensor] = None,
+    k_descale: Optional[Tensor] = None,
+    v_descale: Optional[Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
 ):
     """Exact attention softmax(scale * Q K^T + mask) V on a Hopper GPU, differentiable in q, k, v
-    (and learnable_sink).
+    (and learnable_sink) but for FP8 inputs.
 
     Args:
-        q: (batch, seqlen_q, heads, head_dim), float16 or bfloat16, on a CUDA (sm_90) device.
+        q: (batch, seqlen_q, heads, head_dim), float16 or bfloat16 (or float8_e4m3fn, forward
+            only: see q_descale), on a CUDA (sm_90) device.
         k: (batch, seqlen_k, heads_kv, head_dim); v: (batch, seqlen_k, heads_kv, head_dim_v), same
             dtype and device. heads must be a multiple of heads_kv: query head h reads key/value
             head h // (heads // heads_kv) (GQA; MQA when heads_kv == 1). head_dim and head_dim_v
@@ -934,13 +1033,20 @@ def attention(
             > 0 caps every score at s_ij = softcap * tanh(scale * q_i . k_j / softcap) before the
             mask and the softmax (the gradients follow the cap); 0 (the default) leaves the scores
             alone. Negative, NaN or infinite caps raise ValueError.
+        q_descale, k_descale, v_descale: FP8 inputs (q, k, v all torch.float8_e4m3fn;
+            FlashAttention-3's arguments of these names): optional float32 (batch, heads_kv)
+            descale factors on q's device; an element of batch b and KV head g stands for element * descale[b, g] (q's
+            heads take their KV head's), None means 1. FP8 head dims are multiples of 16. FP8 has a
+            forward only: a backward through it raises NotImplementedError.
+        out_dtype: out's dtype for FP8 inputs, torch.bfloat16 (None, FlashAttention-3's) or
+            torch.float16; 16-bit inputs give out in their own dtype.
 
     Returns:
-        out, (batch, seqlen_q, heads, head_dim_v) in q's dtype; with return_lse=True the pair
-        (out, lse), lse float32 of shape (batch, heads, seqlen_q) (note: heads before seqlen),
-        natural log of sum_j exp(s_ij) over visible keys, s_ij = scale * q_i . k_j (capped with
-        softcap), plus exp(sink) with learnable_sink. lse is not differentiable (a gradient
-        flowing into it is ignored).
+        out, (batch, seqlen_q, heads, head_dim_v) in q's dtype (out_dtype for FP8); with
+        return_lse=True the pair (out, lse), lse float32 of shape (batch, heads, seqlen_q) (note:
+        heads before seqlen), natural log of sum_j exp(s_ij) over visible keys,
+        s_ij = scale * q_i . k_j (capped with softcap), plus exp(sink) with learnable_sink. lse is
+        not differentiable (a gradient flowing into it is ignored).
 
     Raises:
         TypeError (ArgumentTypeError) for non-tensors or wrong dtypes; ValueError
@@ -954,13 +1060,14 @@ def attention(
     softcap = _softcap(softcap)
     layout = (int(num_splits), _pack_gqa_code(pack_gqa))
     args = (q, k, v, scale, bool(causal), window_left, window_right, bool(deterministic))
-    if _use_ops(q, k, v, learnable_sink):
-        out, lse = torch.ops.hopattn.forward(*args, *layout, learnable_sink, softcap)
+    fp8 = (q_descale, k_descale, v_descale, out_dtype)
+    if _use_ops(q, k, v, learnable_sink, q_descale, k_descale, v_descale):
+        out, lse = torch.ops.hopattn.forward(*args, *layout, learnable_sink, softcap, *fp8)
     elif _needs_grad(q, k, v, learnable_sink):
-        out, lse = _Attention.apply(*args, *layout, learnable_sink, softcap)
+        out, lse = _Attention.apply(*args, *layout, learnable_sink, softcap, *fp8)
     else:
         out, lse = forward_impl(q, k, v, None, None, None, None, 0, 0, scale, causal, window_left, window_right, *layout,
-                                None, learnable_sink, softcap, with_lse=return_lse)
+                                None, learnable_sink, softcap, *fp8, with_lse=return_lse)
     return (out, lse) if return_lse else out
 
 
@@ -985,9 +1092,13 @@ def attention_varlen(
     page_table: Optional[Tensor] = None,
     learnable_sink: Optional[Tensor] = None,
     softcap: float = 0.0,
+    q_descale: Optional[Tensor] = None,
+    k_descale: Optional[Tensor] = None,
+    v_descale: Optional[Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
 ):
     """Attention over a packed batch of variable-length sequences; differentiable in q, k, v (and
-    learnable_sink).
+    learnable_sink) but for FP8 inputs.
 
     Args:
         q: (total_q, heads, head_dim); k: (total_k, heads_kv, head_dim); v: (total_k, heads_kv,
@@ -1010,6 +1121,8 @@ def attention_varlen(
             when a gradient is asked for.
         learnable_sink: optional float32 (heads,) attention sinks, as in attention().
         softcap: score softcapping, as in attention().
+        q_descale, k_descale, v_descale, out_dtype: FP8 inputs, as in attention(); the descales
+            are (batch, heads_kv), a row per sequence. Not with page_table yet (NotImplementedError).
 
     Returns:
         out (total_q, heads, head_dim_v), or (out, lse) with return_lse=True, lse float32 of shape
@@ -1040,13 +1153,15 @@ def attention_varlen(
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, scale,
             bool(causal), window_left, window_right)  # fmt: skip
     layout = (int(num_splits), _pack_gqa_code(pack_gqa))
-    if _use_ops(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, page_table, learnable_sink):
+    fp8 = (q_descale, k_descale, v_descale, out_dtype)
+    if _use_ops(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, page_table, learnable_sink, q_descale,
+                k_descale, v_descale):  # fmt: skip
         out, lse = torch.ops.hopattn.forward_varlen(*args, bool(deterministic), *layout, page_table, learnable_sink,
-                                                    softcap)  # fmt: skip
+                                                    softcap, *fp8)  # fmt: skip
     elif _needs_grad(q, k, v, learnable_sink):
-        out, lse = _AttentionVarlen.apply(*args, bool(deterministic), *layout, learnable_sink, softcap)
+        out, lse = _AttentionVarlen.apply(*args, bool(deterministic), *layout, learnable_sink, softcap, *fp8)
     else:
-        out, lse = forward_impl(*args, *layout, page_table, learnable_sink, softcap, with_lse=return_lse)
+        out, lse = forward_impl(*args, *layout, page_table, learnable_sink, softcap, *fp8, with_lse=return_lse)
     return (out, lse) if return_lse else out
 
 

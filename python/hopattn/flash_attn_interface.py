@@ -15,11 +15,13 @@ and return values are FlashAttention-3's:
 - v (and out, and the KV cache's v_cache and new v) may have a head dim of its own, head_dim_v
   (v.shape[-1], DeepSeek's 128 next to a head_dim of 192), a multiple of 8 in [8, 256];
 - softcap > 0 caps the scores at softcap * tanh(softmax_scale * q.k / softcap) (Gemma 2), forward
-  and backward; 0 is off; a negative or non-finite softcap raises ValueError.
-Not supported (NotImplementedError, a RuntimeError): qv, q/k/v_descale (FP8), attention_chunk != 0,
-scheduler_metadata (flash_attn_with_kvcache: only None). num_splits (1: no split, 0: chosen, n: up
-to n key splits; they need no workspace from the caller) and pack_gqa (None: chosen) are honoured;
-sm_margin is accepted and ignored. Inputs (not the KV cache, which is updated in place) whose last
+  and backward; 0 is off; a negative or non-finite softcap raises ValueError;
+- FP8: q, k, v of torch.float8_e4m3fn with optional q_descale/k_descale/v_descale, float32
+  (batch, heads_kv), give a bfloat16 out (flash_attn_func, flash_attn_varlen_func; forward only).
+Not supported (NotImplementedError, a RuntimeError): qv, FP8 in flash_attn_with_kvcache (its
+q/k/v_descale), attention_chunk != 0, scheduler_metadata (flash_attn_with_kvcache: only None).
+num_splits (1: no split, 0: chosen, n: up to n key splits; they need no workspace from the caller)
+and pack_gqa (None: chosen) are honoured; sm_margin is accepted and ignored. Inputs (not the KV cache, which is updated in place) whose last
 dimension is not contiguous are copied first, as FlashAttention-3 does.
 FlashAttention-3's flash_attn_varlen_func takes no page table; hopattn.attention_varlen(...,
 page_table=) runs the varlen forward on a paged cache (chunked prefill), as flash_attn_with_kvcache
@@ -38,11 +40,9 @@ def _maybe_contiguous(x):
     return x.contiguous() if x is not None and hasattr(x, "stride") and x.stride(-1) != 1 else x
 
 
-def _reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk):
+def _reject_unsupported(qv, attention_chunk):
     if qv is not None:
         raise NotSupportedError("hopattn: qv is not supported")
-    if q_descale is not None or k_descale is not None or v_descale is not None:
-        raise NotSupportedError("hopattn: FP8 inputs (q_descale/k_descale/v_descale) are not supported yet")
     if attention_chunk:
         raise NotSupportedError(f"hopattn: attention_chunk={attention_chunk} is not supported (only 0)")
 
@@ -74,9 +74,9 @@ def flash_attn_func(
     """FlashAttention-3's flash_attn_func on hopattn. q: (batch, seqlen_q, heads, head_dim),
     k: (batch, seqlen_k, heads_kv, head_dim), v: (batch, seqlen_k, heads_kv, head_dim_v). Returns
     out (batch, seqlen_q, heads, head_dim_v), or (out, softmax_lse) with return_attn_probs=True,
-    softmax_lse float32 (batch, heads, seqlen_q). See hopattn.attention for the mask and the
-    errors."""
-    _reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk)
+    softmax_lse float32 (batch, heads, seqlen_q). FP8 (float8_e4m3fn) q, k, v take the descales
+    and give a bfloat16 out. See hopattn.attention for the mask, FP8 and the errors."""
+    _reject_unsupported(qv, attention_chunk)
     q, k, v = _maybe_contiguous(q), _maybe_contiguous(k), _maybe_contiguous(v)
     return _torch.attention(
         q,
@@ -90,6 +90,9 @@ def flash_attn_func(
         num_splits=num_splits,
         pack_gqa=pack_gqa,
         softcap=softcap,
+        q_descale=q_descale,
+        k_descale=k_descale,
+        v_descale=v_descale,
     )
 
 
@@ -121,9 +124,9 @@ def flash_attn_varlen_func(
     """FlashAttention-3's flash_attn_varlen_func on hopattn. q: (total_q, heads, head_dim),
     k: (total_k, heads_kv, head_dim), v: (total_k, heads_kv, head_dim_v), cu_seqlens_* int32
     (batch + 1,), max_seqlen_* Python ints. Returns out (total_q, heads, head_dim_v), or
-    (out, softmax_lse) with return_attn_probs=True, softmax_lse float32 (heads, total_q). See
-    hopattn.attention_varlen."""
-    _reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk)
+    (out, softmax_lse) with return_attn_probs=True, softmax_lse float32 (heads, total_q); FP8 as in
+    flash_attn_func. See hopattn.attention_varlen."""
+    _reject_unsupported(qv, attention_chunk)
     q, k, v = _maybe_contiguous(q), _maybe_contiguous(k), _maybe_contiguous(v)
     return _torch.attention_varlen(
         q,
@@ -143,6 +146,9 @@ def flash_attn_varlen_func(
         num_splits=num_splits,
         pack_gqa=pack_gqa,
         softcap=softcap,
+        q_descale=q_descale,
+        k_descale=k_descale,
+        v_descale=v_descale,
     )
 
 
@@ -183,7 +189,10 @@ def flash_attn_with_kvcache(
     caches), rotated with rotary_cos/rotary_sin if given, then q attends to the cache. Returns out,
     or (out, softmax_lse) with return_softmax_lse=True. No backward. See
     hopattn.attention_with_kvcache."""
-    _reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk)
+    _reject_unsupported(qv, attention_chunk)
+    if q_descale is not None or k_descale is not None or v_descale is not None:
+        raise NotSupportedError("hopattn: FP8 KV caches (q_descale/k_descale/v_descale) are not supported yet; "
+                                "flash_attn_func and flash_attn_varlen_func take FP8 inputs")
     if scheduler_metadata is not None:
         raise NotSupportedError("hopattn: scheduler_metadata is not supported (only None); hopattn plans the "
                                 "split schedule itself")

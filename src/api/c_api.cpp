@@ -107,6 +107,9 @@ ForwardArgs to_forward_args(const hopattn_forward_args& a) {
   out.page_table = to_page_table(a.page_table);
   out.sinks = to_tensor(a.sinks);
   out.softcap = a.softcap;
+  out.q_descale = to_tensor(a.q_descale);
+  out.k_descale = to_tensor(a.k_descale);
+  out.v_descale = to_tensor(a.v_descale);
   return out;
 }
 

@@ -63,13 +63,25 @@ bool has_broadcast_input(const Problem& p, const RowTensor& q, const RowTensor& 
   return broadcast(q, q_rows, p.heads) || broadcast(k, k_rows, p.heads_kv) || broadcast(v, k_rows, p.heads_kv);
 }
 
+namespace {
+
+// FP8 inputs run the Hopper FP8 kernel where this build has one for the head dims (HOPATTN_FP8)
+// and O is bf16, its only output type so far; else the simple kernel.
+bool fp8_takes_kernel(const Problem& problem) {
+  return find_forward_kernel(problem) != nullptr && problem.out_dtype == DType::kBFloat16;
+}
+
+}  // namespace
+
 // Without a single key there is nothing to load (and no valid TMA descriptor for K/V): every row
-// is O = 0, LSE = -inf, which the simple kernel writes; it also takes broadcast inputs. Never a
-// KV cache's problem, which it does not know: caches have positions and distinct rows
-// (validate.cpp), and their q is not broadcast.
+// is O = 0, LSE = -inf, which the simple kernel writes; it also takes broadcast inputs, and FP8
+// inputs that the FP8 kernel does not (fp8_takes_kernel). Never a KV cache's problem, which it
+// does not know: caches have positions and distinct rows (validate.cpp), their q is not
+// broadcast, and they take no FP8 yet.
 bool takes_simple_path(const Problem& problem, const ForwardTensors& tensors) {
   if (problem.key_cache.enabled()) return false;
-  return problem.total_k() == 0 || has_broadcast_input(problem, tensors.q, tensors.k, tensors.v);
+  return problem.total_k() == 0 || (problem.dtype == DType::kFloat8E4M3 && !fp8_takes_kernel(problem)) ||
+         has_broadcast_input(problem, tensors.q, tensors.k, tensors.v);
 }
 
 size_t forward_workspace_bytes(const Problem& problem, const ForwardTensors& tensors) {
@@ -80,7 +92,9 @@ size_t forward_workspace_bytes(const Problem& problem, const ForwardTensors& ten
 
 Status run_forward(const Problem& problem, const ForwardTensors& tensors, void* workspace, cudaStream_t stream) {
   if (problem.total_q() == 0) return Status();  // nothing to write
-  if (takes_simple_path(problem, tensors)) {
+  // The FP8 kernel reads V transposed into the workspace: without one, the simple kernel.
+  const bool fp8_without_workspace = problem.dtype == DType::kFloat8E4M3 && workspace == nullptr;
+  if (takes_simple_path(problem, tensors) || fp8_without_workspace) {
     return cuda_status(reference_forward(problem, tensors, ReferencePrecision::kFloat32, stream),
                        "forward kernel launch");
   }

@@ -23,8 +23,8 @@ Status check_forward_kernel_built(const Problem& problem);
 // forward_workspace_size). Expects check_current_device() to have passed.
 size_t forward_workspace_bytes(const Problem& problem, const ForwardTensors& tensors);
 
-// The forward of a validated problem: the Hopper kernel, or for the corner cases it does not take
-// (no keys at all, stride-0 broadcast inputs) the simple reference kernel at fp32. `workspace`:
+// The forward of a validated problem: the Hopper kernel, or for what it does not take (no keys at
+// all, stride-0 broadcast inputs, FP8 inputs) the simple reference kernel at fp32. `workspace`:
 // null, or forward_workspace_bytes() bytes.
 Status run_forward(const Problem& problem, const ForwardTensors& tensors, void* workspace, cudaStream_t stream);
 

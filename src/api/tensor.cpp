@@ -13,6 +13,8 @@ const char* dtype_name(DType dtype) {
       return "bfloat16";
     case DType::kFloat32:
       return "float32";
+    case DType::kFloat8E4M3:
+      return "float8_e4m3";
   }
   return "unknown dtype";
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -13,19 +14,45 @@ namespace hopattn {
 namespace {
 
 constexpr int kMaxHeadDim = 256;
-constexpr int kHeadDimMultiple = 8;
 constexpr int64_t kAlignmentBytes = 16;
 constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max();
 // The Hopper TMA unit takes each global stride as a byte count below 2^40.
 constexpr int64_t kTmaStrideLimitBytes = int64_t{1} << 40;
 
-size_t dtype_bytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
+size_t dtype_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return 4;
+    case DType::kFloat8E4M3:
+      return 1;
+    default:
+      return 2;
+  }
+}
+
+// Head dims are whole 16-byte rows (what TMA copies and the alignment rule below asks of every
+// stride): multiples of 8 for 16-bit elements, of 16 for FP8 ones, whose WGMMA also takes K in
+// steps of 32 bytes (the kernels zero-pad a head dim to their own, a multiple of 32).
+int head_dim_multiple(DType dtype) { return dtype == DType::kFloat8E4M3 ? 16 : 8; }
+
+// The end of a head dim message: which dtype's rule it is, where it is not the usual one.
+const char* for_dtype(DType dtype) { return dtype == DType::kFloat8E4M3 ? " for float8_e4m3 inputs" : ""; }
+
+template <typename... Parts>
+Status status(StatusCode code, const Parts&... parts) {
+  std::ostringstream out;
+  (out << ... << parts);
+  return Status(code, out.str());
+}
 
 template <typename... Parts>
 Status invalid(const Parts&... parts) {
-  std::ostringstream out;
-  (out << ... << parts);
-  return Status(StatusCode::kInvalidArgument, out.str());
+  return status(StatusCode::kInvalidArgument, parts...);
+}
+
+template <typename... Parts>
+Status not_supported(const Parts&... parts) {
+  return status(StatusCode::kNotSupported, parts...);
 }
 
 // The shape a tensor must have, and what each dimension is called in messages.
@@ -130,8 +157,9 @@ Status check_tensor(const Tensor& t, const ExpectedTensor& want, DType dtype, bo
                      want.dims, " = (", expected.str(), ")");
     }
   }
-  const bool packed_16bit = dtype != DType::kFloat32;
-  const int64_t alignment = packed_16bit ? kAlignmentBytes : static_cast<int64_t>(dtype_bytes(dtype));
+  // fp16, bf16 and FP8 tensors are TMA operands; fp32 ones (LSE, sinks, descales) are read per element.
+  const bool tma_operand = dtype != DType::kFloat32;
+  const int64_t alignment = tma_operand ? kAlignmentBytes : static_cast<int64_t>(dtype_bytes(dtype));
   const bool empty = is_empty(t);
   if (Status s = check_pointer(want.name, t.data, empty, alignment); !s.ok()) return s;
   const int last = want.rank - 1;
@@ -142,7 +170,7 @@ Status check_tensor(const Tensor& t, const ExpectedTensor& want, DType dtype, bo
   // TMA needs 16-byte strides below 2^40 bytes; LSE is read and written per row, so it only needs
   // to be contiguous.
   const int64_t element_bytes = static_cast<int64_t>(dtype_bytes(dtype));
-  const int64_t stride_multiple = packed_16bit ? kAlignmentBytes / element_bytes : 1;
+  const int64_t stride_multiple = tma_operand ? kAlignmentBytes / element_bytes : 1;
   for (int d = 0; d < last; ++d) {
     if (t.shape[d] <= 1) continue;  // a stride of a size-1 dimension is never used
     if (t.stride[d] < 0) return invalid(want.name, ".stride[", d, "] is ", t.stride[d], " but must not be negative");
@@ -151,7 +179,7 @@ Status check_tensor(const Tensor& t, const ExpectedTensor& want, DType dtype, bo
                      " elements (16 bytes)");
     }
     // Compared in elements: the stride in bytes may not fit in int64 (it does in uint64, for the message).
-    if (packed_16bit && t.stride[d] > (kTmaStrideLimitBytes - 1) / element_bytes) {
+    if (tma_operand && t.stride[d] > (kTmaStrideLimitBytes - 1) / element_bytes) {
       return invalid(want.name, ".stride[", d, "] is ", t.stride[d], " elements (",
                      static_cast<uint64_t>(t.stride[d]) * static_cast<uint64_t>(element_bytes),
                      " bytes) but must be below 2^40 bytes (a TMA limit)");
@@ -188,9 +216,10 @@ Status resolve_heads(const Tensor& q, int q_heads, const Tensor& k, int k_heads,
   p->heads = static_cast<int>(q.shape[q_heads]);
   p->heads_kv = static_cast<int>(k.shape[k_heads]);
   p->head_dim = static_cast<int>(q.shape[q_heads + 1]);
-  if (p->head_dim % kHeadDimMultiple != 0 || p->head_dim == 0 || p->head_dim > kMaxHeadDim) {
-    return invalid("head_dim (q.shape[", q_heads + 1, "]) is ", p->head_dim, " but must be a multiple of ",
-                   kHeadDimMultiple, " in [8, ", kMaxHeadDim, "]");
+  const int multiple = head_dim_multiple(p->dtype);
+  if (p->head_dim % multiple != 0 || p->head_dim == 0 || p->head_dim > kMaxHeadDim) {
+    return invalid("head_dim (q.shape[", q_heads + 1, "]) is ", p->head_dim, " but must be a multiple of ", multiple,
+                   " in [", multiple, ", ", kMaxHeadDim, "]", for_dtype(p->dtype));
   }
   if (p->heads == 0) return invalid("heads (q.shape[", q_heads, "]) is 0 but must be at least 1");
   if (p->heads_kv == 0) return invalid("heads_kv (", k_name, ".shape[", k_heads, "]) is 0 but must be at least 1");
@@ -205,9 +234,10 @@ Status resolve_heads(const Tensor& q, int q_heads, const Tensor& k, int k_heads,
 Status resolve_head_dim_v(const Tensor& v, const char* v_name, Problem* p) {
   const int last = v.rank - 1;
   const int64_t head_dim_v = v.shape[last];
-  if (head_dim_v % kHeadDimMultiple != 0 || head_dim_v <= 0 || head_dim_v > kMaxHeadDim) {
-    return invalid(v_name, ".shape[", last, "] (head_dim_v) is ", head_dim_v, " but must be a multiple of ",
-                   kHeadDimMultiple, " in [8, ", kMaxHeadDim, "]");
+  const int multiple = head_dim_multiple(p->dtype);
+  if (head_dim_v % multiple != 0 || head_dim_v <= 0 || head_dim_v > kMaxHeadDim) {
+    return invalid(v_name, ".shape[", last, "] (head_dim_v) is ", head_dim_v, " but must be a multiple of ", multiple,
+                   " in [", multiple, ", ", kMaxHeadDim, "]", for_dtype(p->dtype));
   }
   p->head_dim_v = static_cast<int>(head_dim_v);
   return Status();
@@ -216,10 +246,12 @@ Status resolve_head_dim_v(const Tensor& v, const char* v_name, Problem* p) {
 // Shapes shared by forward and backward: everything Problem holds, taken from q, k, v and varlen.
 Status resolve_problem(const Tensor& q, const Tensor& k, const Tensor& v, float softmax_scale, const Mask& mask,
                        const Varlen& varlen, Problem* p) {
-  if (q.dtype != DType::kFloat16 && q.dtype != DType::kBFloat16) {
-    return invalid("q.dtype is ", dtype_name(q.dtype), " but must be float16 or bfloat16");
+  if (q.dtype != DType::kFloat16 && q.dtype != DType::kBFloat16 && q.dtype != DType::kFloat8E4M3) {
+    return invalid("q.dtype is ", dtype_name(q.dtype), " but must be float16 or bfloat16 (or, forward only, "
+                   "float8_e4m3)");
   }
   p->dtype = q.dtype;
+  p->out_dtype = q.dtype;  // FP8 inputs: resolve_output_dtype
   const bool is_varlen = varlen.enabled();
   if (varlen.seqused_q.data != nullptr || varlen.seqused_k.data != nullptr) {
     if (!is_varlen) {
@@ -382,6 +414,51 @@ Status check_sinks(const Tensor& t, const char* name, const Problem& p, bool wri
   return Status();
 }
 
+// O's dtype: q's for fp16/bf16 inputs; FP8 inputs write a 16-bit O of the caller's choice (o's).
+Status resolve_output_dtype(const Tensor& o, Problem* p) {
+  p->out_dtype = p->dtype;
+  if (p->dtype != DType::kFloat8E4M3) return Status();
+  if (o.dtype != DType::kBFloat16 && o.dtype != DType::kFloat16) {
+    return invalid("o.dtype is ", dtype_name(o.dtype),
+                   " but must be bfloat16 or float16: float8_e4m3 inputs give a 16-bit output (there is no FP8 "
+                   "output)");
+  }
+  p->out_dtype = o.dtype;
+  return Status();
+}
+
+// A descale factor of FP8 inputs (q_descale, k_descale, v_descale): optional fp32 (batch, heads_kv),
+// the heads contiguous; given only with FP8 inputs. Absent is a default Tensor (no data, rank 0):
+// one with a shape is given, even empty (batch 0) and so without data. Its values are read on the
+// device, unchecked.
+Status check_descale(const Tensor& t, const char* name, const Problem& p, DescaleTensor* out) {
+  if (t.data == nullptr && t.rank == 0) return Status();
+  if (p.dtype != DType::kFloat8E4M3) {
+    return invalid(name, " is given but q.dtype is ", dtype_name(p.dtype),
+                   ": descale factors belong to float8_e4m3 inputs only");
+  }
+  const ExpectedTensor want{name, 2, {p.batch, p.heads_kv}, "(batch, heads_kv)"};
+  if (Status s = check_tensor(t, want, DType::kFloat32, false); !s.ok()) return s;
+  *out = DescaleTensor{static_cast<const float*>(t.data), t.shape[0] > 1 ? t.stride[0] : 0};
+  return Status();
+}
+
+// The forward's FP8 arguments: O's dtype and the descale factors (none unless the inputs are FP8).
+Status resolve_fp8(const ForwardArgs& a, Problem* p, ForwardTensors* t) {
+  if (Status s = resolve_output_dtype(a.o, p); !s.ok()) return s;
+  if (Status s = check_descale(a.q_descale, "q_descale", *p, &t->q_descale); !s.ok()) return s;
+  if (Status s = check_descale(a.k_descale, "k_descale", *p, &t->k_descale); !s.ok()) return s;
+  return check_descale(a.v_descale, "v_descale", *p, &t->v_descale);
+}
+
+// Whether any of the tensors holds FP8 elements.
+bool any_fp8(std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors) {
+    if (t->dtype == DType::kFloat8E4M3) return true;
+  }
+  return false;
+}
+
 // The queries of a call whose keys are a KV cache's: q is (batch, seqlen_q, heads, head_dim), or
 // (total_q, heads, head_dim) with cu_seqlens_q. Sets dtype, batch, max_seqlen_q and queries.
 // Each argument with the name messages give it (they differ between ForwardArgs and KVCacheArgs).
@@ -399,6 +476,7 @@ Status resolve_cache_queries(const Tensor& q, const CacheQueries& c, Problem* p)
     return invalid("q.dtype is ", dtype_name(q.dtype), " but must be float16 or bfloat16");
   }
   p->dtype = q.dtype;
+  p->out_dtype = q.dtype;
   const bool varlen = c.cu_seqlens.data != nullptr;
   const int want_rank = varlen ? 3 : 4;
   if (q.rank != want_rank) {
@@ -593,6 +671,10 @@ Status resolve_forward_hints(int32_t num_splits, PackGqa pack_gqa, Problem* p) {
 
 // ForwardArgs with a page table: chunked prefill against a paged KV cache.
 Status validate_paged_forward(const ForwardArgs& a, Problem* p, ForwardTensors* t) {
+  if (any_fp8({&a.q, &a.k, &a.v})) {
+    return not_supported("float8_e4m3 inputs with page_table are not supported yet: paged FP8 K/V come with the "
+                         "FP8 kernel; call forward() without a page table");
+  }
   if (a.varlen.cu_seqlens_k.data != nullptr) {
     return invalid("varlen.cu_seqlens_k is given with page_table; paged keys are located by the page table "
                    "(and counted by varlen.seqused_k), so it must be null");
@@ -620,6 +702,7 @@ Status validate_paged_forward(const ForwardArgs& a, Problem* p, ForwardTensors* 
   if (Status s = check_cache_call_outputs(a.q, a.o, a.lse, *p, t); !s.ok()) return s;
   if (Status s = check_sinks(a.sinks, "sinks", *p, false, &t->sinks); !s.ok()) return s;
   if (Status s = resolve_softcap(a.softcap, p); !s.ok()) return s;
+  if (Status s = resolve_fp8(a, p, t); !s.ok()) return s;  // names a descale given to 16-bit inputs
   t->k = cache_row_tensor(a.k);
   t->v = cache_row_tensor(a.v);
   return Status();
@@ -629,6 +712,7 @@ Status validate_paged_forward(const ForwardArgs& a, Problem* p, ForwardTensors* 
 
 Status validate_forward(const ForwardArgs& a, Problem* p, ForwardTensors* t) {
   *p = Problem{};
+  *t = ForwardTensors{};
   if (a.page_table.enabled()) return validate_paged_forward(a, p, t);
   if (a.page_table.batch != 0 || a.page_table.max_pages != 0 || a.page_table.row_stride != 0) {
     return invalid("page_table.data is null but its shape is (", a.page_table.batch, ", ", a.page_table.max_pages,
@@ -638,24 +722,33 @@ Status validate_forward(const ForwardArgs& a, Problem* p, ForwardTensors* t) {
   if (Status s = resolve_problem(a.q, a.k, a.v, a.softmax_scale, a.mask, a.varlen, p); !s.ok()) return s;
   if (Status s = resolve_forward_hints(a.num_splits, a.pack_gqa, p); !s.ok()) return s;
   if (Status s = resolve_softcap(a.softcap, p); !s.ok()) return s;
-  const TensorCheck checks[] = {
+  // q, k and v first, so that an o of the wrong dtype is not blamed on inputs of mixed dtypes.
+  const TensorCheck inputs[] = {
       {&a.q, expect_q_like("q", *p, Width::kHeadDim), p->dtype, false},
       {&a.k, expect_k_like("k", *p, Width::kHeadDim), p->dtype, false},
       {&a.v, expect_k_like("v", *p, Width::kHeadDimV), p->dtype, false},
-      {&a.o, expect_q_like("o", *p, Width::kHeadDimV), p->dtype, true},
   };
-  if (Status s = check_all(checks); !s.ok()) return s;
+  if (Status s = check_all(inputs); !s.ok()) return s;
+  if (Status s = resolve_fp8(a, p, t); !s.ok()) return s;
+  if (Status s = check_tensor(a.o, expect_q_like("o", *p, Width::kHeadDimV), p->out_dtype, true); !s.ok()) return s;
   if (a.lse.data != nullptr) {
     if (Status s = check_tensor(a.lse, expect_lse("lse", *p), DType::kFloat32, true); !s.ok()) return s;
   }
   const bool v = p->varlen();
-  *t = ForwardTensors{row_tensor(a.q, v), row_tensor(a.k, v), row_tensor(a.v, v), row_tensor(a.o, v),
-                      a.lse.data ? lse_row_tensor(a.lse, v) : RowTensor{}};
+  t->q = row_tensor(a.q, v);
+  t->k = row_tensor(a.k, v);
+  t->v = row_tensor(a.v, v);
+  t->o = row_tensor(a.o, v);
+  t->lse = a.lse.data ? lse_row_tensor(a.lse, v) : RowTensor{};
   return check_sinks(a.sinks, "sinks", *p, false, &t->sinks);
 }
 
 Status validate_backward(const BackwardArgs& a, Problem* p, BackwardTensors* t) {
   *p = Problem{};
+  if (a.q.dtype == DType::kFloat8E4M3) {
+    return not_supported("q.dtype is float8_e4m3, which has a forward only: FP8 has no backward (train in bfloat16 "
+                         "or float16)");
+  }
   if (Status s = resolve_problem(a.q, a.k, a.v, a.softmax_scale, a.mask, a.varlen, p); !s.ok()) return s;
   if (Status s = resolve_softcap(a.softcap, p); !s.ok()) return s;
   const TensorCheck checks[] = {
@@ -687,6 +780,10 @@ Status validate_backward(const BackwardArgs& a, Problem* p, BackwardTensors* t) 
 
 Status validate_kvcache(const KVCacheArgs& a, KVCacheCall* call) {
   *call = KVCacheCall{};
+  if (any_fp8({&a.q, &a.k_cache, &a.v_cache, &a.k_new, &a.v_new})) {
+    return not_supported("the KV-cache call takes no float8_e4m3 tensors yet: FP8 KV caches come with the FP8 "
+                         "kernel (forward() takes FP8 q, k and v)");
+  }
   Problem* p = &call->problem;
   CacheQueries queries;
   queries.cu_seqlens = a.cu_seqlens_q;

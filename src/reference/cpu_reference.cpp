@@ -22,6 +22,25 @@ struct Packed {
   int64_t at(int64_t row, int64_t head) const { return (row * heads + head) * head_dim; }
 };
 
+// OCP e4m3: 3 mantissa bits, exponent bias 7, normals from 2^-6, subnormals in steps of 2^-9, and
+// no infinity: magnitudes past 448 saturate. Computed on doubles, independently of CUDA's
+// conversion, which the tests compare it with.
+double round_to_e4m3(double x) {
+  constexpr double kMaxFinite = 448.0;
+  constexpr int kMantissaBits = 3;
+  constexpr int kMinNormalExponent = -6;
+  if (std::isnan(x) || x == 0) return x;
+  if (std::isinf(x)) return std::copysign(kMaxFinite, x);
+  const double magnitude = std::fabs(x);
+  int exponent = 0;
+  std::frexp(magnitude, &exponent);  // magnitude in [2^(exponent - 1), 2^exponent)
+  const int step_exponent = std::max(exponent - 1, kMinNormalExponent) - kMantissaBits;
+  // Scaling by powers of 2 is exact; nearbyint rounds half to even in the default rounding mode.
+  const double steps = std::nearbyint(std::ldexp(magnitude, -step_exponent));
+  const double rounded = std::fmin(std::ldexp(steps, step_exponent), kMaxFinite);
+  return std::copysign(rounded, x);
+}
+
 double dot(const double* a, const double* b, int n) {
   double sum = 0;
   for (int d = 0; d < n; ++d) sum += a[d] * b[d];
@@ -37,8 +56,9 @@ struct RowSoftmax {
   double sink_prob = 0;      // exp(sink - LSE): the share the sink takes
 };
 
-RowSoftmax row_softmax(const HostProblem& p, const std::vector<double>& q, const std::vector<double>& k, Rounding r,
-                       int64_t q_row, int head, int64_t k_offset, int i, int seqlen_q, int seqlen_k) {
+RowSoftmax row_softmax(const HostProblem& p, const std::vector<double>& q, const std::vector<double>& k,
+                       const ForwardRounding& r, int64_t q_row, int head, int64_t k_offset, int i, int seqlen_q,
+                       int seqlen_k) {
   const Packed pq{p.heads, p.head_dim}, pk{p.heads_kv, p.head_dim};
   const int head_kv = head / (p.heads / p.heads_kv);
   RowSoftmax row;
@@ -47,9 +67,9 @@ RowSoftmax row_softmax(const HostProblem& p, const std::vector<double>& q, const
   double max_score = sink;
   for (int j = 0; j < seqlen_k; ++j) {
     if (!is_visible(p.mask, i, j, seqlen_q, seqlen_k)) continue;
-    const double qk = round_to(r, dot(&q[pq.at(q_row, head)], &k[pk.at(k_offset + j, head_kv)], p.head_dim));
-    double s = round_to(r, qk * p.softmax_scale);
-    if (p.softcap > 0) s = round_to(r, p.softcap * std::tanh(s / p.softcap));
+    const double qk = round_to(r.scores, dot(&q[pq.at(q_row, head)], &k[pk.at(k_offset + j, head_kv)], p.head_dim));
+    double s = round_to(r.scores, qk * p.softmax_scale);
+    if (p.softcap > 0) s = round_to(r.scores, p.softcap * std::tanh(s / p.softcap));
     row.keys.push_back(j);
     row.score.push_back(s);
     max_score = std::fmax(max_score, s);
@@ -58,7 +78,7 @@ RowSoftmax row_softmax(const HostProblem& p, const std::vector<double>& q, const
   double sum = has_sink ? std::exp(sink - max_score) : 0;
   for (double s : row.score) sum += std::exp(s - max_score);
   row.lse = max_score + std::log(sum);
-  for (double s : row.score) row.prob.push_back(round_to(r, std::exp(s - row.lse)));
+  for (double s : row.score) row.prob.push_back(round_to(r.probabilities, std::exp(s - row.lse)));
   if (has_sink) row.sink_prob = std::exp(sink - row.lse);
   return row;
 }
@@ -88,7 +108,16 @@ HostProblem fixed_length_problem(int batch, int seqlen_q, int seqlen_k, int head
   return p;
 }
 
-Rounding rounding_for(DType dtype) { return dtype == DType::kFloat16 ? Rounding::kFloat16 : Rounding::kBFloat16; }
+Rounding rounding_for(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return Rounding::kFloat16;
+    case DType::kFloat8E4M3:
+      return Rounding::kFloat8E4M3;
+    default:
+      return Rounding::kBFloat16;
+  }
+}
 
 double round_to(Rounding rounding, double x) {
   switch (rounding) {
@@ -98,12 +127,25 @@ double round_to(Rounding rounding, double x) {
       return static_cast<double>(__half2float(__float2half_rn(static_cast<float>(x))));
     case Rounding::kBFloat16:
       return static_cast<double>(__bfloat162float(__float2bfloat16_rn(static_cast<float>(x))));
+    case Rounding::kFloat8E4M3:
+      return round_to_e4m3(x);
   }
   return x;
 }
 
+ForwardRounding uniform_rounding(Rounding rounding) { return ForwardRounding{rounding, rounding, rounding}; }
+
+ForwardRounding naive_fp8_forward(DType out_dtype) {
+  return ForwardRounding{rounding_for(out_dtype), Rounding::kFloat8E4M3, rounding_for(out_dtype)};
+}
+
 ForwardResult forward(const HostProblem& p, const std::vector<double>& q, const std::vector<double>& k,
                       const std::vector<double>& v, Rounding r) {
+  return forward(p, q, k, v, uniform_rounding(r));
+}
+
+ForwardResult forward(const HostProblem& p, const std::vector<double>& q, const std::vector<double>& k,
+                      const std::vector<double>& v, ForwardRounding r) {
   const Packed po{p.heads, p.value_dim()}, pv{p.heads_kv, p.value_dim()};
   ForwardResult out;
   out.o.assign(static_cast<size_t>(p.total_q() * p.heads * p.value_dim()), kNaN);
@@ -120,7 +162,7 @@ ForwardResult forward(const HostProblem& p, const std::vector<double>& q, const 
         for (int d = 0; d < p.value_dim(); ++d) {
           double acc = 0;
           for (size_t n = 0; n < sm.keys.size(); ++n) acc += sm.prob[n] * v[pv.at(sk.offset + sm.keys[n], head_kv) + d];
-          o[d] = round_to(r, acc);
+          o[d] = round_to(r.output, acc);
         }
         out.lse[h * p.total_q() + row] = sm.lse;
       }
@@ -149,7 +191,7 @@ BackwardResult backward(const HostProblem& p, const std::vector<double>& q, cons
       const int head_kv = h / (p.heads / p.heads_kv);
       for (int i = 0; i < sq.length; ++i) {
         const int64_t row = sq.offset + i;
-        const RowSoftmax sm = row_softmax(p, q, k, r, row, h, sk.offset, i, sq.length, sk.length);
+        const RowSoftmax sm = row_softmax(p, q, k, uniform_rounding(r), row, h, sk.offset, i, sq.length, sk.length);
         const double* qi = &q[pq.at(row, h)];
         const double* doi = &dout[po.at(row, h)];
         const double row_dot = dot(doi, &fwd.o[po.at(row, h)], p.value_dim());

@@ -51,10 +51,26 @@ HostProblem fixed_length_problem(int batch, int seqlen_q, int seqlen_k, int head
 
 // kNone computes in float64 throughout. kFloat16/kBFloat16 round every intermediate (S, P, O, dP,
 // dS and the gradients) to that dtype: the naive low-precision computation whose error bounds an
-// implementation's error in FA3's tolerance rule.
-enum class Rounding { kNone, kFloat16, kBFloat16 };
+// implementation's error in FA3's tolerance rule. FP8 inputs have a naive forward of their own
+// (naive_fp8_forward below), which rounds each intermediate to a different dtype.
+enum class Rounding { kNone, kFloat16, kBFloat16, kFloat8E4M3 };
 Rounding rounding_for(DType dtype);
+// Round to nearest even in the dtype. kFloat8E4M3 (OCP e4m3: 3 mantissa bits, subnormals below
+// 2^-6 in steps of 2^-9) saturates at +-448, its largest finite value, as FP8 kernels convert.
 double round_to(Rounding rounding, double x);
+
+// What the naive forward rounds each intermediate to.
+struct ForwardRounding {
+  Rounding scores = Rounding::kNone;         // S (after the scale, and after the cap)
+  Rounding probabilities = Rounding::kNone;  // P
+  Rounding output = Rounding::kNone;         // O
+};
+// Every intermediate in one dtype (the 16-bit inputs' naive computation, or none).
+ForwardRounding uniform_rounding(Rounding rounding);
+// The naive computation of an FP8 forward (docs/semantics.md, "FP8"), FlashAttention-3's: FP8
+// GEMMs with 16-bit results, so S rounded to O's dtype (bf16 or fp16), P in [0, 1] rounded to e4m3
+// (the operand of the P V GEMM), O rounded to its dtype.
+ForwardRounding naive_fp8_forward(DType out_dtype);
 
 struct ForwardResult {
   std::vector<double> o;
@@ -66,6 +82,10 @@ struct BackwardResult {
   std::vector<double> dsink;  // with sinks: the gradient of each query head's sink (summed over rows)
 };
 
+// FP8 inputs come dequantized (element * descale), so that kNone gives the exact attention of the
+// values they stand for.
+ForwardResult forward(const HostProblem& p, const std::vector<double>& q, const std::vector<double>& k,
+                      const std::vector<double>& v, ForwardRounding rounding);
 ForwardResult forward(const HostProblem& p, const std::vector<double>& q, const std::vector<double>& k,
                       const std::vector<double>& v, Rounding rounding = Rounding::kNone);
 

@@ -1,8 +1,10 @@
 #include "testing/attention_case.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <stdexcept>
 #include <utility>
 
@@ -11,6 +13,7 @@
 namespace hopattn::testing {
 namespace {
 
+constexpr uint8_t kPoisonByte = 0xFF;        // bytes of the poison patterns below, and NaN in e4m3
 constexpr uint16_t kPoison16 = 0xFFFF;       // NaN in both float16 and bfloat16
 constexpr uint32_t kPoison32 = 0xFFFFFFFFu;  // NaN in float32
 
@@ -20,16 +23,44 @@ std::vector<int32_t> prefix_sums(const std::vector<int>& lengths) {
   return sums;
 }
 
-DeviceBuffer upload_ints(const std::vector<int32_t>& values) {
-  DeviceBuffer buffer(values.size() * sizeof(int32_t));
+template <typename T>
+DeviceBuffer upload_vector(const std::vector<T>& values) {
+  DeviceBuffer buffer(values.size() * sizeof(T));
   if (!values.empty()) buffer.upload(values.data(), buffer.bytes());
   return buffer;
+}
+
+DeviceBuffer upload_ints(const std::vector<int32_t>& values) { return upload_vector(values); }
+
+// n random inputs of `dtype` as bytes in memory order.
+std::vector<uint8_t> random_input_bytes(DType dtype, size_t n, uint64_t seed) {
+  if (dtype == DType::kFloat8E4M3) return random_normal_fp8(n, seed);
+  const std::vector<uint16_t> bits = random_normal_bits(dtype, n, seed);
+  std::vector<uint8_t> bytes(n * sizeof(uint16_t));
+  if (n > 0) std::memcpy(bytes.data(), bits.data(), bytes.size());
+  return bytes;
+}
+
+// Descale factors of one FP8 input, (batch, heads_kv): log-uniform in [1/4, 4), so that inputs
+// and products are scaled both ways.
+std::vector<float> random_descales(int batch, int heads_kv, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> exponent(-2.0f, 2.0f);
+  std::vector<float> factors(size_t(batch) * heads_kv);
+  for (float& f : factors) f = std::exp2(exponent(rng));
+  return factors;
 }
 
 }  // namespace
 
 AttentionCase::AttentionCase(const CaseSpec& spec) : spec_(spec) {
-  if (spec.row_padding % 8 != 0) throw std::invalid_argument("row_padding must be a multiple of 8");
+  // Whole 16-byte rows: 8 elements of 16 bits, 16 of FP8.
+  if (spec.row_padding % (spec.fp8() ? 16 : 8) != 0) {
+    throw std::invalid_argument("row_padding must be a multiple of 8 (16 with FP8 inputs)");
+  }
+  if (spec.out_dtype() != DType::kBFloat16 && spec.out_dtype() != DType::kFloat16) {
+    throw std::invalid_argument("O's dtype must be bf16 or fp16");
+  }
   if (spec.head_dim_v < 0) throw std::invalid_argument("head_dim_v must be 0 (head_dim) or a head dim");
   const double scale =
       spec.softmax_scale == kDefaultSoftmaxScale ? 1.0 / std::sqrt(double(spec.head_dim)) : double(spec.softmax_scale);
@@ -62,29 +93,36 @@ AttentionCase::AttentionCase(const CaseSpec& spec) : spec_(spec) {
   }
   // One seed per input, derived from the case's seed.
   auto random_rows = [&](Rows layout, uint64_t seed) {
-    return random_normal_bits(spec.dtype, size_t(rows(layout) * row_elements(layout)), seed);
+    return random_input_bytes(dtype(layout), size_t(rows(layout) * row_elements(layout)), seed);
   };
-  q_bits_ = random_rows(Rows::kQ, 4 * spec.seed + 0);
-  k_bits_ = random_rows(Rows::kK, 4 * spec.seed + 1);
-  v_bits_ = random_rows(Rows::kV, 4 * spec.seed + 2);
-  dout_bits_ = random_rows(Rows::kO, 4 * spec.seed + 3);
+  q_bytes_ = random_rows(Rows::kQ, 4 * spec.seed + 0);
+  k_bytes_ = random_rows(Rows::kK, 4 * spec.seed + 1);
+  v_bytes_ = random_rows(Rows::kV, 4 * spec.seed + 2);
+  dout_bytes_ = random_rows(Rows::kO, 4 * spec.seed + 3);
 
   // Scatter the packed rows into the (possibly padded) device rows; padding holds poison.
-  auto upload_rows = [&](const std::vector<uint16_t>& bits, Rows layout) {
+  auto upload_rows = [&](const std::vector<uint8_t>& bytes, Rows layout) {
     DeviceBuffer buffer(row_buffer_bytes(layout));
-    const int64_t stride = row_stride(layout);
-    const int64_t row_elems = row_elements(layout);
-    std::vector<uint16_t> staged(buffer.bytes() / sizeof(uint16_t), kPoison16);
-    for (int64_t r = 0; r < rows(layout); ++r) {
-      std::memcpy(&staged[r * stride], &bits[r * row_elems], row_elems * sizeof(uint16_t));
-    }
+    const size_t stride = size_t(row_stride(layout)) * element_bytes(layout);
+    const size_t row = size_t(row_elements(layout)) * element_bytes(layout);
+    std::vector<uint8_t> staged(buffer.bytes(), kPoisonByte);
+    for (int64_t r = 0; r < rows(layout); ++r) std::memcpy(&staged[r * stride], &bytes[r * row], row);
     if (!staged.empty()) buffer.upload(staged.data(), buffer.bytes());
     return buffer;
   };
-  q_ = upload_rows(q_bits_, Rows::kQ);
-  k_ = upload_rows(k_bits_, Rows::kK);
-  v_ = upload_rows(v_bits_, Rows::kV);
-  dout_ = upload_rows(dout_bits_, Rows::kO);
+  q_ = upload_rows(q_bytes_, Rows::kQ);
+  k_ = upload_rows(k_bytes_, Rows::kK);
+  v_ = upload_rows(v_bytes_, Rows::kV);
+  dout_ = upload_rows(dout_bytes_, Rows::kO);
+
+  if (spec.fp8() && spec.fp8_descales) {
+    q_descale_ = random_descales(host_.batch(), spec.heads_kv, 4 * spec.seed + 4);
+    k_descale_ = random_descales(host_.batch(), spec.heads_kv, 4 * spec.seed + 5);
+    v_descale_ = random_descales(host_.batch(), spec.heads_kv, 4 * spec.seed + 6);
+    q_descale_buffer_ = upload_vector(q_descale_);
+    k_descale_buffer_ = upload_vector(k_descale_);
+    v_descale_buffer_ = upload_vector(v_descale_);
+  }
 }
 
 int64_t AttentionCase::rows(Rows layout) const {
@@ -98,17 +136,20 @@ int AttentionCase::dim(Rows layout) const {
 }
 int64_t AttentionCase::row_elements(Rows layout) const { return int64_t{heads(layout)} * dim(layout); }
 int64_t AttentionCase::row_stride(Rows layout) const { return row_elements(layout) + spec_.row_padding; }
+DType AttentionCase::dtype(Rows layout) const { return layout == Rows::kO ? spec_.out_dtype() : spec_.dtype; }
+size_t AttentionCase::element_bytes(Rows layout) const { return dtype(layout) == DType::kFloat8E4M3 ? 1 : 2; }
 
 size_t AttentionCase::row_buffer_bytes(Rows layout) const {
-  return size_t(rows(layout) * row_stride(layout)) * sizeof(uint16_t);
+  return size_t(rows(layout) * row_stride(layout)) * element_bytes(layout);
 }
 
 Tensor AttentionCase::row_tensor(void* data, Rows layout) const {
   const int64_t stride = row_stride(layout);
   const int d = dim(layout);
-  if (spec_.varlen()) return make_tensor(data, spec_.dtype, {rows(layout), heads(layout), d}, {stride, d, 1});
+  const DType type = dtype(layout);
+  if (spec_.varlen()) return make_tensor(data, type, {rows(layout), heads(layout), d}, {stride, d, 1});
   const int seqlen = layout == Rows::kQ || layout == Rows::kO ? spec_.seqlen_q : spec_.seqlen_k;
-  return make_tensor(data, spec_.dtype, {spec_.batch, seqlen, heads(layout), d}, {seqlen * stride, stride, d, 1});
+  return make_tensor(data, type, {spec_.batch, seqlen, heads(layout), d}, {seqlen * stride, stride, d, 1});
 }
 
 Tensor AttentionCase::lse_tensor(void* data) const {
@@ -158,6 +199,12 @@ ForwardArgs AttentionCase::forward_args(const Outputs& out) const {
   a.pack_gqa = spec_.pack_gqa;
   if (!spec_.sinks.empty()) a.sinks = make_tensor(sinks_.data(), DType::kFloat32, {spec_.heads});
   a.softcap = spec_.softcap;
+  if (!q_descale_.empty()) {
+    const int64_t batch = host_.batch();
+    a.q_descale = make_tensor(q_descale_buffer_.data(), DType::kFloat32, {batch, spec_.heads_kv});
+    a.k_descale = make_tensor(k_descale_buffer_.data(), DType::kFloat32, {batch, spec_.heads_kv});
+    a.v_descale = make_tensor(v_descale_buffer_.data(), DType::kFloat32, {batch, spec_.heads_kv});
+  }
   return a;
 }
 
@@ -182,13 +229,48 @@ BackwardArgs AttentionCase::backward_args(const Outputs& forward, const Outputs&
   return a;
 }
 
+double AttentionCase::descale(Field field, int64_t row, int head) const {
+  const std::vector<float>* factors = field == Field::kQ   ? &q_descale_
+                                      : field == Field::kK ? &k_descale_
+                                      : field == Field::kV ? &v_descale_
+                                                           : nullptr;
+  if (factors == nullptr || factors->empty()) return 1.0;
+  const bool query = field == Field::kQ;
+  // The sequence holding the row: the last one starting at or before it (empty ones start where
+  // the next does).
+  const std::vector<int32_t>& starts = query ? host_.cu_seqlens_q : host_.cu_seqlens_k;
+  const int64_t batch = std::upper_bound(starts.begin(), starts.end(), row) - starts.begin() - 1;
+  const int head_kv = query ? head / (spec_.heads / spec_.heads_kv) : head;
+  return (*factors)[size_t(batch) * spec_.heads_kv + head_kv];
+}
+
 std::vector<double> AttentionCase::input(Field field) const {
-  const std::pair<Field, const std::vector<uint16_t>*> inputs[] = {
-      {Field::kQ, &q_bits_}, {Field::kK, &k_bits_}, {Field::kV, &v_bits_}, {Field::kDout, &dout_bits_}};
-  for (const auto& [which, bits] : inputs) {
-    if (which != field) continue;
-    std::vector<double> values(bits->size());
-    for (size_t e = 0; e < values.size(); ++e) values[e] = bits_value(spec_.dtype, (*bits)[e]);
+  struct Input {
+    Field field;
+    const std::vector<uint8_t>* bytes;
+    Rows layout;
+  };
+  const Input inputs[] = {{Field::kQ, &q_bytes_, Rows::kQ},
+                          {Field::kK, &k_bytes_, Rows::kK},
+                          {Field::kV, &v_bytes_, Rows::kV},
+                          {Field::kDout, &dout_bytes_, Rows::kO}};
+  for (const Input& in : inputs) {
+    if (in.field != field) continue;
+    const DType type = dtype(in.layout);
+    const int64_t row_elems = row_elements(in.layout);
+    const int d = dim(in.layout);
+    std::vector<double> values(in.bytes->size() / element_bytes(in.layout));
+    for (size_t e = 0; e < values.size(); ++e) {
+      double x;
+      if (type == DType::kFloat8E4M3) {
+        x = fp8_value((*in.bytes)[e]);
+      } else {
+        uint16_t bits;
+        std::memcpy(&bits, &(*in.bytes)[2 * e], sizeof bits);
+        x = bits_value(type, bits);
+      }
+      values[e] = x * descale(field, int64_t(e) / row_elems, int(int64_t(e) % row_elems / d));
+    }
     return values;
   }
   throw std::invalid_argument("input(): not an input field");
@@ -242,6 +324,10 @@ Downloaded AttentionCase::download(const Outputs& out, Field field) const {
     if (candidate.field == field) output = &candidate;
   }
   if (output == nullptr) throw std::invalid_argument("download(): not an output field");
+  if (element_bytes(output->layout) != sizeof(uint16_t)) {
+    throw std::invalid_argument("download(): FP8 cases have no gradients");  // O is 16-bit
+  }
+  const DType type = dtype(output->layout);
   const DeviceBuffer* buffer = output->buffer;
   const int64_t n_rows = rows(output->layout);
   const int64_t stride = row_stride(output->layout);
@@ -255,7 +341,7 @@ Downloaded AttentionCase::download(const Outputs& out, Field field) const {
       const uint16_t bits = raw[r * stride + e];
       d.untouched[r * row_elems + e] = bits == kPoison16;
       d.values[r * row_elems + e] =
-          bits == kPoison16 ? std::numeric_limits<double>::quiet_NaN() : bits_value(spec_.dtype, bits);
+          bits == kPoison16 ? std::numeric_limits<double>::quiet_NaN() : bits_value(type, bits);
     }
     for (int64_t e = row_elems; e < stride; ++e) d.padding_writes += raw[r * stride + e] != kPoison16;
   }

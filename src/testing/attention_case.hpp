@@ -12,7 +12,7 @@
 namespace hopattn::testing {
 
 struct CaseSpec {
-  DType dtype = DType::kBFloat16;
+  DType dtype = DType::kBFloat16;  // of Q, K, V (and, 16-bit, of O, dO and the gradients)
   int batch = 2;  // ignored in varlen mode (the number of sequences)
   int seqlen_q = 128;
   int seqlen_k = 128;
@@ -36,9 +36,15 @@ struct CaseSpec {
   PackGqa pack_gqa = PackGqa::kAuto;
   std::vector<float> sinks;  // attention sinks, one logit per query head; empty: none
   float softcap = 0.0f;      // > 0: scores capped at softcap * tanh(score / softcap)
+  // FP8 inputs (dtype kFloat8E4M3, forward only): O's dtype (and dO's), and whether q, k and v get
+  // random descale factors, fp32 (batch, heads_kv) in [1/4, 4), or none (factors of 1).
+  DType fp8_out_dtype = DType::kBFloat16;
+  bool fp8_descales = true;
 
   bool varlen() const { return !varlen_seqlens_q.empty(); }
   int value_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
+  bool fp8() const { return dtype == DType::kFloat8E4M3; }
+  DType out_dtype() const { return fp8() ? fp8_out_dtype : dtype; }
 };
 
 // Output buffers, poisoned with NaN bit patterns so that any element a kernel forgets (or writes
@@ -69,7 +75,8 @@ class AttentionCase {
   // Backward of the forward that wrote `forward` (its O and LSE), gradients into `grads`.
   BackwardArgs backward_args(const Outputs& forward, const Outputs& grads) const;
 
-  // Inputs as float64 in the packed layout (exactly the values on the device).
+  // Inputs as float64 in the packed layout: exactly the values they stand for (FP8 ones times their
+  // descale factor, which float64 holds exactly).
   std::vector<double> input(Field field) const;
   Downloaded download(const Outputs& out, Field field) const;
 
@@ -85,14 +92,21 @@ class AttentionCase {
   int dim(Rows layout) const;
   int64_t row_elements(Rows layout) const;  // heads * dim: one packed row
   int64_t row_stride(Rows layout) const;    // one device row
+  DType dtype(Rows layout) const;           // O's rows have O's dtype, the others the inputs'
+  size_t element_bytes(Rows layout) const;
   size_t row_buffer_bytes(Rows layout) const;
   Varlen varlen_args() const;
+  // The descale factor of `field`'s element at (packed row, head): 1 without FP8 descales.
+  double descale(Field field, int64_t row, int head) const;
 
   CaseSpec spec_;
   cpu_reference::HostProblem host_;
-  std::vector<uint16_t> q_bits_, k_bits_, v_bits_, dout_bits_;  // packed layout
+  // Packed layout, element_bytes() per element: 2 for 16-bit dtypes, 1 for FP8.
+  std::vector<uint8_t> q_bytes_, k_bytes_, v_bytes_, dout_bytes_;
   DeviceBuffer q_, k_, v_, dout_;
   DeviceBuffer cu_seqlens_q_, cu_seqlens_k_, seqused_q_, seqused_k_, sinks_;
+  std::vector<float> q_descale_, k_descale_, v_descale_;  // FP8 with fp8_descales: (batch, heads_kv)
+  DeviceBuffer q_descale_buffer_, k_descale_buffer_, v_descale_buffer_;
 };
 
 }  // namespace hopattn::testing

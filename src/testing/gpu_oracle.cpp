@@ -43,14 +43,14 @@ OracleReports check_with_gpu_oracle(const AttentionCase& c, const Outputs& forwa
   const bool with_backward = grads != nullptr;
   const ReferenceRun exact = run_reference(c, forward_out, ReferencePrecision::kFloat64, with_backward);
   const ReferenceRun naive = run_reference(c, forward_out, ReferencePrecision::kNaiveLowPrecision, with_backward);
-  const DType dtype = c.spec().dtype;
+  const DType dtype = c.spec().dtype;  // the gradients' (16-bit inputs only)
   struct Check {
     const char* name;
     Field field;
     bool backward;
     DType dtype;
   };
-  const Check checks[] = {{"o", Field::kO, false, dtype},
+  const Check checks[] = {{"o", Field::kO, false, c.spec().out_dtype()},
                           {"lse", Field::kLse, false, DType::kFloat32},
                           {"dq", Field::kDq, true, dtype},
                           {"dk", Field::kDk, true, dtype},

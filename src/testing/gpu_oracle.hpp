@@ -1,5 +1,6 @@
 // Checks results of forward()/backward() with FA3's rule against the float64 GPU reference, using
-// the naive low-precision GPU reference for the bound: for problems too large for the CPU.
+// the naive low-precision GPU reference for the bound (FP8 inputs: its FP8 computation, S in fp32
+// and P in e4m3): for problems too large for the CPU.
 #pragma once
 
 #include <vector>

@@ -8,7 +8,8 @@ int main(void) {
   hopattn_forward_args args;
   hopattn_forward_args_init(&args);
   if (args.struct_size != sizeof(args) || args.window_left != -1 || args.sinks.data != NULL || args.sinks.rank != 0 ||
-      args.softcap != 0.0f) {
+      args.softcap != 0.0f || args.q_descale.data != NULL || args.k_descale.data != NULL ||
+      args.v_descale.data != NULL || HOPATTN_FLOAT8_E4M3 != 3) {
     fprintf(stderr, "hopattn_forward_args_init did not set the defaults\n");
     return 1;
   }

@@ -106,6 +106,10 @@ TEST(CApi, InitSetsSizeAndDefaults) {
   EXPECT_EQ(f.sinks.data, nullptr);  // no sinks
   EXPECT_EQ(f.sinks.rank, 0);
   EXPECT_EQ(f.softcap, 0.0f);  // no softcapping
+  for (const hopattn_tensor* descale : {&f.q_descale, &f.k_descale, &f.v_descale}) {
+    EXPECT_EQ(descale->data, nullptr);  // factors of 1
+    EXPECT_EQ(descale->rank, 0);
+  }
   hopattn_backward_args b;
   std::memset(&b, 0x5A, sizeof b);
   hopattn_backward_args_init(&b);
@@ -330,6 +334,42 @@ TEST(CApi, SoftcapReachesTheLibraryAndOlderStructsGetNone) {
   b = valid_backward_args();
   b.softcap = 30.0f;
   EXPECT_EQ(hopattn_backward_workspace_size(&b, &bytes), HOPATTN_OK) << hopattn_last_error();
+}
+
+// FP8 inputs and their descale factors reach the library; a caller built before the descales (a
+// smaller struct_size) has none, whatever its struct holds where the fields would be.
+TEST(CApi, Fp8DescalesReachTheLibraryAndOlderStructsGetNone) {
+  hopattn_forward_args f = forward_args_with_bad_k_dtype();  // q, k, v (1, 16, 2, 64): 2 heads, 2 KV heads
+  f.q.dtype = f.k.dtype = f.v.dtype = HOPATTN_FLOAT8_E4M3;
+  f.k_descale = tensor2(fake(11), HOPATTN_FLOAT32, 1, 3);  // heads_kv is 2
+  size_t bytes = 0;
+  EXPECT_EQ(hopattn_forward_workspace_size(&f, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("k_descale.shape[1] is 3 but must be 2"), std::string::npos)
+      << hopattn_last_error();
+  EXPECT_EQ(hopattn_forward(&f, nullptr), HOPATTN_ERROR_INVALID_ARGUMENT);
+  f.k_descale.shape[1] = 2;
+  // Valid: a workspace size with a Hopper GPU, the device check without one.
+  EXPECT_NE(hopattn_forward_workspace_size(&f, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT) << hopattn_last_error();
+  f.o.dtype = HOPATTN_FLOAT8_E4M3;
+  EXPECT_EQ(hopattn_forward(&f, nullptr), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("o.dtype is float8_e4m3 but must be bfloat16 or float16"),
+            std::string::npos)
+      << hopattn_last_error();
+  // A bf16 call from before the fields: the (wrong) descales where they would be are not read.
+  f = forward_args_with_bad_k_dtype();
+  f.k.dtype = HOPATTN_BFLOAT16;
+  f.q_descale = tensor2(fake(11), HOPATTN_FLOAT32, 1, 2);
+  EXPECT_EQ(hopattn_forward(&f, nullptr), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("q_descale is given but q.dtype is bfloat16"), std::string::npos)
+      << hopattn_last_error();
+  f.struct_size = offsetof(hopattn_forward_args, q_descale);
+  EXPECT_NE(hopattn_forward_workspace_size(&f, &bytes), HOPATTN_ERROR_INVALID_ARGUMENT) << hopattn_last_error();
+
+  // The backward has a forward only for FP8.
+  hopattn_backward_args b = valid_backward_args();
+  b.q.dtype = b.k.dtype = b.v.dtype = HOPATTN_FLOAT8_E4M3;
+  EXPECT_EQ(hopattn_backward_workspace_size(&b, &bytes), HOPATTN_ERROR_NOT_SUPPORTED);
+  EXPECT_NE(std::string(hopattn_last_error()).find("has a forward only"), std::string::npos) << hopattn_last_error();
 }
 
 TEST(CApi, KVCacheErrorsNameTheField) {

@@ -298,7 +298,8 @@ std::string describe(const BackwardArgs& a) {
 std::string broken_rule(const char* name, const Tensor& t, DType dtype) {
   if (t.dtype != dtype) return std::string(name) + " has the wrong dtype";
   if (t.rank < 1 || t.rank > Tensor::kMaxRank) return std::string(name) + " has an impossible rank";
-  const int64_t bytes = dtype == DType::kFloat32 ? 4 : 2;
+  const int64_t bytes = dtype == DType::kFloat32 ? 4 : dtype == DType::kFloat8E4M3 ? 1 : 2;
+  const bool tma_operand = dtype != DType::kFloat32;
   bool empty = false;
   __int128 largest = 0;
   for (int d = 0; d < t.rank; ++d) {
@@ -307,14 +308,15 @@ std::string broken_rule(const char* name, const Tensor& t, DType dtype) {
     if (t.shape[d] <= 1) continue;
     if (t.stride[d] < 0) return std::string(name) + " has a negative stride";
     if (d == t.rank - 1 && t.stride[d] != 1) return std::string(name) + " has a non-contiguous last dimension";
-    if (bytes == 2 && d < t.rank - 1 && (t.stride[d] % 8 != 0 || __int128{t.stride[d]} * 2 >= __int128{1} << 40)) {
+    if (tma_operand && d < t.rank - 1 &&
+        (t.stride[d] % (16 / bytes) != 0 || __int128{t.stride[d]} * bytes >= __int128{1} << 40)) {
       return std::string(name) + " has a stride TMA cannot take";
     }
     largest += __int128{t.stride[d]} * (t.shape[d] - 1);
   }
   if (largest * bytes > kI64Max) return std::string(name) + " has a byte offset past int64";
   if (!empty && t.data == nullptr) return std::string(name) + " is null";
-  if (reinterpret_cast<uintptr_t>(t.data) % (bytes == 2 ? 16 : 4) != 0) return std::string(name) + " is misaligned";
+  if (reinterpret_cast<uintptr_t>(t.data) % (tma_operand ? 16 : 4) != 0) return std::string(name) + " is misaligned";
   return "";
 }
 
@@ -337,7 +339,8 @@ std::string broken_rule(const ForwardArgs& a, const Problem& p) {
   const std::pair<const char*, const Tensor*> rows[] = {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"o", &a.o}};
   for (const auto& [name, t] : rows) {
     const int64_t width = t == &a.q || t == &a.k ? p.head_dim : p.head_dim_v;
-    if (std::string broken = broken_rule(name, *t, p.dtype, width); !broken.empty()) return broken;
+    const DType dtype = t == &a.o ? p.out_dtype : p.dtype;
+    if (std::string broken = broken_rule(name, *t, dtype, width); !broken.empty()) return broken;
   }
   return a.lse.data ? broken_rule("lse", a.lse, DType::kFloat32) : "";
 }
@@ -363,8 +366,10 @@ struct Tally {
   }
 };
 
-// OK, or kInvalidArgument with a message: anything else (another code, an empty message) fails.
+// OK, or kInvalidArgument with a message: anything else (another code, an empty message) fails;
+// but for the backward of an FP8 q (a corrupted dtype can make one), which is kNotSupported.
 bool well_formed(const Status& s) {
+  if (s.code() == StatusCode::kNotSupported) return s.message().find("has a forward only") != std::string::npos;
   return s.ok() || (s.code() == StatusCode::kInvalidArgument && !s.message().empty());
 }
 

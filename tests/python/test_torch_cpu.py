@@ -83,8 +83,6 @@ def test_window_size_must_be_a_pair():
 
 def test_flash_attn_features_hopattn_lacks_are_not_implemented():
     q = meta(1, 16, 2, 64)
-    with pytest.raises(NotImplementedError, match="FP8"):
-        hopattn.flash_attn_func(q, q, q, q_descale=torch.ones(1))
     with pytest.raises(RuntimeError, match="attention_chunk"):
         hopattn.flash_attn_varlen_func(q[0], q[0], q[0], None, None, 16, 16, attention_chunk=4)
 
@@ -274,6 +272,96 @@ def test_custom_ops_pass_torch_library_opcheck_on_fake_tensors():
     args = (q, k, k, 0.0, True, -1, -1, False, 0, -1)
     torch.library.opcheck(torch.ops.hopattn.forward.default, args,
                           test_utils=("test_schema", "test_faketensor"))
+
+
+# --- FP8 inputs (float8_e4m3fn q, k, v with descales; forward only) ------------------------------
+
+FP8 = torch.float8_e4m3fn
+
+
+def descale(batch, heads_kv, device="meta"):
+    return torch.empty(batch, heads_kv, dtype=torch.float32, device=device)
+
+
+def test_fp8_out_is_bfloat16_or_the_out_dtype_asked_for():
+    q, k = meta(2, 64, 8, 128, dtype=FP8), meta(2, 96, 2, 128, dtype=FP8)
+    out, lse = hopattn.attention(q, k, k, causal=True, q_descale=descale(2, 2), k_descale=descale(2, 2),
+                                 v_descale=descale(2, 2), return_lse=True)  # fmt: skip
+    assert out.shape == (2, 64, 8, 128) and out.dtype == BF16
+    assert lse.shape == (2, 8, 64) and lse.dtype == torch.float32
+    assert hopattn.attention(q, k, k, out_dtype=torch.float16).dtype == torch.float16
+    cu = torch.empty(4, dtype=torch.int32, device="meta")
+    qv, kv = meta(300, 8, 128, dtype=FP8), meta(280, 2, 128, dtype=FP8)
+    out = hopattn.attention_varlen(qv, kv, kv, cu, cu, 128, 100, k_descale=descale(3, 2))
+    assert out.shape == (300, 8, 128) and out.dtype == BF16
+    # FlashAttention-3's drop-in: its descales pass through, out is bfloat16.
+    out = hopattn.flash_attn_func(q, k, k, q_descale=descale(2, 2), k_descale=descale(2, 2), v_descale=descale(2, 2))
+    assert out.dtype == BF16
+    out = hopattn.flash_attn_varlen_func(qv, kv, kv, cu, cu, 128, 100, v_descale=descale(3, 2))
+    assert out.dtype == BF16
+
+
+def test_fp8_argument_errors_before_the_library():
+    q, x = meta(2, 64, 4, 128, dtype=FP8), meta(2, 64, 4, 128)
+    with pytest.raises(TypeError, match="out_dtype is torch.float8_e4m3fn but must be torch.bfloat16 or "
+                                        "torch.float16: float8_e4m3fn inputs give a 16-bit out"):  # fmt: skip
+        hopattn.attention(q, q, q, out_dtype=FP8)
+    with pytest.raises(TypeError, match="out_dtype is torch.float16 but q.dtype is torch.bfloat16"):
+        hopattn.attention(x, x, x, out_dtype=torch.float16)
+    with pytest.raises(ValueError, match="q_descale is given but q.dtype is torch.bfloat16: descale factors belong "
+                                         "to torch.float8_e4m3fn inputs only"):  # fmt: skip
+        hopattn.attention(x, x, x, q_descale=descale(2, 4))
+    with pytest.raises(TypeError, match="k_descale.dtype is torch.float16 but must be torch.float32"):
+        hopattn.attention(q, q, q, k_descale=descale(2, 4).half())
+    with pytest.raises(ValueError, match="v_descale is on cpu but q is on meta"):
+        hopattn.attention(q, q, q, v_descale=descale(2, 4, device="cpu"))
+    with pytest.raises(ValueError, match=r"q_descale has shape \(8,\) but must be \(batch, heads_kv\)"):
+        hopattn.attention(q, q, q, q_descale=torch.empty(8, device="meta"))
+    with pytest.raises(TypeError, match="k.dtype is torch.bfloat16 but must be torch.float8_e4m3fn"):
+        hopattn.attention(q, x, q)
+    with pytest.raises(NotImplementedError, match="FP8 KV caches"):
+        hopattn.flash_attn_with_kvcache(q, q, q, cache_seqlens=3, k_descale=descale(2, 4))
+
+
+def test_fp8_backward_raises_a_clear_error():
+    q, k = meta(2, 64, 4, 128, dtype=FP8, grad=True), meta(2, 64, 4, 128, dtype=FP8, grad=True)
+    out = hopattn.attention(q, k, k)  # the forward runs
+    with pytest.raises(NotImplementedError, match="float8_e4m3fn inputs has a forward only"):
+        out.float().sum().backward()
+    with pytest.raises(NotImplementedError, match="has a forward only"):
+        hop_torch.backward_impl(meta(2, 64, 4, 128), q, k, k, out, meta(2, 4, 64, dtype=torch.float32), None, None,
+                                None, None, 0, 0, 0.0, False, -1, -1, False)  # fmt: skip
+
+
+def test_fp8_compiles_and_passes_opcheck_on_fake_tensors():
+    torch._dynamo.reset()
+    q, k = meta(2, 64, 8, 64, dtype=FP8), meta(2, 64, 2, 64, dtype=FP8)
+
+    def forward(q, k, v, scale):
+        return hopattn.attention(q, k, v, causal=True, q_descale=scale, k_descale=scale, v_descale=scale,
+                                 out_dtype=torch.float16)  # fmt: skip
+
+    out = torch.compile(forward, fullgraph=True, backend="aot_eager")(q, k, k, descale(2, 2))
+    assert out.shape == (2, 64, 8, 64) and out.dtype == torch.float16
+    args = (q, k, k, 0.0, True, -1, -1, False, 0, -1, None, 0.0, descale(2, 2), None, descale(2, 2), torch.float16)
+    torch.library.opcheck(torch.ops.hopattn.forward.default, args, test_utils=("test_schema", "test_faketensor"))
+
+
+def test_fp8_reaches_the_library(cpu_memory_as_device):
+    q = torch.randn(2, 32, 4, 64).to(FP8)
+    k = torch.randn(2, 32, 2, 64).to(FP8)
+    scale = torch.rand(2, 2) + 0.5
+    with pytest.raises(hopattn.DeviceUnavailableError):
+        hopattn.attention(q, k, k, causal=True, q_descale=scale, k_descale=scale, v_descale=scale)
+    with pytest.raises(hopattn.DeviceUnavailableError):  # an expanded descale is made contiguous
+        hopattn.attention(q, k, k, v_descale=torch.ones(1).expand(2, 2))
+    with pytest.raises(ValueError, match=r"k_descale.shape\[1\] is 4 but must be 2"):
+        hopattn.attention(q, k, k, k_descale=torch.ones(2, 4))
+    q40 = torch.randn(2, 32, 4, 40).to(FP8)
+    with pytest.raises(ValueError, match=r"head_dim \(q.shape\[3\]\) is 40 but must be a multiple of 16"):
+        hopattn.attention(q40, q40, q40)
+    with pytest.raises(NotImplementedError, match="takes no float8_e4m3 tensors yet"):
+        hopattn.attention_with_kvcache(q, k, k, cache_seqlens=torch.full((2,), 32, dtype=torch.int32))
 
 
 # --- KV cache (attention_with_kvcache, flash_attn_with_kvcache) and paged varlen ------------------
@@ -660,7 +748,7 @@ def test_eager_autograd_passes_softcap_to_the_backward(monkeypatch):
     seen = []
 
     def fake_forward(q, *args, **kwargs):
-        seen.append(("forward", args[-1]))  # softcap: the last positional argument
+        seen.append(("forward", args[-1 - hop_torch._FP8_ARGUMENTS]))  # softcap: the last before the FP8 ones
         heads_first = (q.shape[1], q.shape[0]) if q.dim() == 3 else (q.shape[0], q.shape[2], q.shape[1])
         return torch.zeros_like(q), torch.zeros(heads_first)
 
@@ -680,11 +768,14 @@ def test_eager_autograd_passes_softcap_to_the_backward(monkeypatch):
 
 
 def test_ops_with_softcap_pass_torch_library_opcheck_on_fake_tensors():
-    """Each operator takes softcap last, with a default of 0.0 (callers of the older schemas are
-    unaffected: the other opcheck tests call them without it)."""
+    """Each operator takes softcap last (the forward operators then their FP8 arguments), with a
+    default of 0.0 (callers of the older schemas are unaffected: the other opcheck tests call them
+    without it)."""
     for name in ("forward", "forward_varlen", "forward_kvcache", "backward", "backward_varlen"):
-        last = getattr(torch.ops.hopattn, name).default._schema.arguments[-1]
-        assert (last.name, str(last.type), last.default_value) == ("softcap", "float", 0.0), name
+        arguments = getattr(torch.ops.hopattn, name).default._schema.arguments
+        fp8 = hop_torch._FP8_ARGUMENTS if name in ("forward", "forward_varlen") else 0
+        softcap = arguments[-1 - fp8]
+        assert (softcap.name, str(softcap.type), softcap.default_value) == ("softcap", "float", 0.0), name
     q, k, cu, s = meta(2, 64, 4, 64), meta(2, 64, 2, 64), ints(3), sink(4)
     lse, lse_v = meta(2, 4, 64, dtype=torch.float32), meta(4, 128, dtype=torch.float32)
     qv, kv = q.flatten(0, 1), k.flatten(0, 1)

@@ -17,5 +17,9 @@ template <>
 struct CutlassElement<DType::kBFloat16> {
   using type = cutlass::bfloat16_t;
 };
+template <>
+struct CutlassElement<DType::kFloat8E4M3> {
+  using type = cutlass::float_e4m3_t;
+};
 
 }  // namespace hopattn

@@ -64,7 +64,10 @@ struct KeyCache {
 };
 
 struct Problem {
-  DType dtype = DType::kBFloat16;
+  DType dtype = DType::kBFloat16;  // Q and K's and V's
+  // O's: dtype for fp16/bf16 inputs; for FP8 inputs (which have no FP8 output) the caller's o,
+  // bf16 or fp16.
+  DType out_dtype = DType::kBFloat16;
   int batch = 0;
   int heads = 0;
   int heads_kv = 0;
@@ -100,9 +103,21 @@ struct Problem {
   HOPATTN_HOST_DEVICE int64_t total_k() const { return keys.total_tokens; }
 };
 
+// FP8 inputs' descale factors: fp32 (batch, heads_kv), the heads contiguous. An element of batch b
+// and KV head g stands for element * at(b, g); no tensor (data null) means 1.
+struct DescaleTensor {
+  const float* data = nullptr;
+  int64_t batch_stride = 0;
+
+  HOPATTN_HOST_DEVICE float at(long long batch, int head_kv) const {
+    return data != nullptr ? data[batch * batch_stride + head_kv] : 1.0f;
+  }
+};
+
 struct ForwardTensors {
   RowTensor q, k, v, o, lse;     // lse.data may be null
   const float* sinks = nullptr;  // optional: one logit per query head
+  DescaleTensor q_descale, k_descale, v_descale;  // FP8 inputs only; q's indexed by KV head too
 };
 
 struct BackwardTensors {

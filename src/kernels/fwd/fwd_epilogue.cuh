@@ -30,9 +30,9 @@ CUTE_DEVICE uint32_t nan_pattern() {
 
 // `pack` below: the tile's rows per query (params.pack; a constant 1 where the caller knows it).
 template <class Traits>
-CUTE_DEVICE typename Traits::Element* output_row(const ForwardParams<Traits>& params, const ForwardTile& t, int row,
+CUTE_DEVICE typename Traits::OutputElement* output_row(const ForwardParams<Traits>& params, const ForwardTile& t, int row,
                                                  int pack) {
-  return params.o.template at<typename Traits::Element>(
+  return params.o.template at<typename Traits::OutputElement>(
       t.batch, static_cast<long long>(t.q_offset) + t.query_of(row, pack), t.head_of(row, pack));
 }
 
@@ -97,14 +97,14 @@ CUTE_DEVICE void store_split_partial(const ForwardParams<Traits>& params, const 
 template <class Traits>
 CUTE_DEVICE void store_empty_tile(const ForwardParams<Traits>& params, const ForwardTile& t, int pack, float lse,
                                   int thread, int threads) {
-  constexpr int kElementsPerChunk = 16 / sizeof(typename Traits::Element);
+  constexpr int kElementsPerChunk = 16 / sizeof(typename Traits::OutputElement);
   constexpr int kChunksPerRow = Traits::kHeadDimV / kElementsPerChunk;
   const int chunks = params.problem.head_dim_v / kElementsPerChunk;
   for (int i = thread; i < Traits::kBlockM * kChunksPerRow; i += threads) {
     const int row = t.first_row + i / kChunksPerRow;
     const int chunk = i % kChunksPerRow;
     if (is_query(t, row, pack) && chunk < chunks) {
-      const uint32_t bits = lse == lse ? 0u : nan_pattern<typename Traits::Element>();
+      const uint32_t bits = lse == lse ? 0u : nan_pattern<typename Traits::OutputElement>();
       *reinterpret_cast<uint4*>(output_row(params, t, row, pack) + chunk * kElementsPerChunk) =
           make_uint4(bits, bits, bits, bits);
     }
@@ -159,11 +159,11 @@ template <class Traits, class AccO, class RowCoords, int kRows>
 CUTE_DEVICE void store_tile(const ForwardParams<Traits>& params, const ForwardTile& t, AccO const& tOrO,
                             RowCoords const& tScS, const float (&lse)[kRows], int pack, int thread) {
   const int q = thread % 4;
-  auto row_pointer = [&](int tile_row) -> typename Traits::Element* {
+  auto row_pointer = [&](int tile_row) -> typename Traits::OutputElement* {
     const int row = t.first_row + tile_row;
     return is_query(t, row, pack) ? output_row(params, t, row, pack) : nullptr;
   };
-  store_accumulator_rows<typename Traits::Element>(tOrO, tScS, 0, params.problem.head_dim_v, row_pointer, q);
+  store_accumulator_rows<typename Traits::OutputElement>(tOrO, tScS, 0, params.problem.head_dim_v, row_pointer, q);
   if (q == 0) {  // the four threads of a quad share their rows' statistics
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) store_lse(params, t, t.first_row + cute::get<0>(tScS(r, 0)), lse[r], pack);

@@ -21,7 +21,11 @@ namespace hopattn {
 // kHeadDim: Q and K's head dim; kHeadDimV: V and O's (head_dim_v pairs, e.g. 192 / 128).
 template <typename Element_, int kHeadDim_, int kHeadDimV_, class Config_ = ForwardTileConfig<kHeadDim_>>
 struct ForwardKernelTraits {
-  using Element = Element_;
+  using Element = Element_;  // Q's, K's and V's
+  // FP8 (e4m3) inputs: O is bf16 (docs/semantics.md), V^T is the workspace's transposed copy
+  // (fwd_fp8.cuh), P enters the P V WGMMA as e4m3.
+  static constexpr bool kFp8 = sizeof(Element) == 1;
+  using OutputElement = std::conditional_t<kFp8, cutlass::bfloat16_t, Element>;
   using Config = Config_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
@@ -38,7 +42,7 @@ struct ForwardKernelTraits {
   // boxes or gathered row by row): not in the wider unmasked tile, whose 176-key blocks split
   // every power-of-two page and whose producer spilled with the gather's state; paged caches
   // never take it (with_forward_traits).
-  static constexpr bool kLoadsSmallPages = !std::is_same_v<Config, ForwardUnmaskedTileConfig<kHeadDim>>;
+  static constexpr bool kLoadsSmallPages = !std::is_same_v<Config, ForwardUnmaskedTileConfig<kHeadDim>> && !kFp8;
 
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * cutlass::NumThreadsPerWarpGroup;
@@ -69,10 +73,13 @@ struct ForwardKernelTraits {
       cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, BlockN, HeadDim>>(),
       WarpgroupLayout{}));
   // O += P V: P from registers, V^T from shared memory with the head dim contiguous (MN-major).
+  // FP8 WGMMA takes K-major operands only: there V^T has the keys contiguous.
+  static constexpr cute::GMMA::Major kVtMajor = kFp8 ? cute::GMMA::Major::K : cute::GMMA::Major::MN;
   using TiledMmaPV = decltype(cute::make_tiled_mma(
       cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, HeadDimV, BlockN>,
-                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
+                                 cute::GMMA::Major::K, kVtMajor>(),
       WarpgroupLayout{}));
+  static_assert(!kFp8 || kBlockN % 32 == 0, "FP8 P V WGMMAs take keys in steps of 32");
 
   static_assert(decltype(cute::size<1>(typename TiledMmaQK::AtomShape_MNK{}))::value == kBlockN &&
                     decltype(cute::size<1>(typename TiledMmaPV::AtomShape_MNK{}))::value == kHeadDimV,
@@ -88,9 +95,14 @@ struct ForwardKernelTraits {
   // 8 keys) are laid out keys first, so that one TMA box covers a 64-wide column of the whole
   // block: head dim first made every atom its own 1 KB box (32 TMA instructions per V block at
   // d128, 40 at d256), and the producer could not keep the ring ahead of the consumers.
-  using SmemLayoutVt = decltype(cute::tile_to_shape(
-      widest_swizzle_atom<cute::GMMA::Major::MN, Element, kHeadDimV>(),
-      cute::Shape<HeadDimV, BlockN, cute::Int<kStages>>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}));
+  // FP8: the keys contiguous (K-major), a TMA box covering the block.
+  using SmemLayoutVt = std::conditional_t<
+      kFp8,
+      decltype(cute::tile_to_shape(widest_swizzle_atom<cute::GMMA::Major::K, Element, kBlockN>(),
+                                   cute::Shape<HeadDimV, BlockN, cute::Int<kStages>>{})),
+      decltype(cute::tile_to_shape(widest_swizzle_atom<cute::GMMA::Major::MN, Element, kHeadDimV>(),
+                                   cute::Shape<HeadDimV, BlockN, cute::Int<kStages>>{},
+                                   cute::Step<cute::_2, cute::_1, cute::_3>{}))>;
 
   // A paged KV cache whose pages hold whole boxes of kRows keys but not whole key blocks takes
   // each block as boxes, one TMA copy each from its own page (KeyCache::page_box_rows): their

@@ -24,6 +24,7 @@
 #include "kernels/common/softcap.cuh"
 #include "kernels/common/warpgroup_mma.cuh"
 #include "kernels/fwd/fwd_epilogue.cuh"
+#include "kernels/fwd/fwd_fp8.cuh"
 #include "kernels/fwd/fwd_softmax.cuh"
 #include "kernels/fwd/fwd_tail_merge.cuh"
 #include "kernels/fwd/fwd_tile_info.cuh"
@@ -235,7 +236,10 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     cute::Tensor gK = local_tile(domain_offset(make_coord(t.k_offset, _0{}, _0{}), mK(_, _, t.head_kv, _)),
                            Shape<typename Traits::BlockN, typename Traits::HeadDim>{},
                            make_coord(_, _0{}));  // (N, D, blocks, batch)
-    cute::Tensor gVt = local_tile(domain_offset(make_coord(_0{}, t.k_offset, _0{}), mVt(_, _, t.head_kv, _)),
+    // FP8: V^T is the workspace's copy, each sequence from its own aligned first token (fwd_fp8.cuh).
+    const int vt_offset =
+        Traits::kFp8 ? static_cast<int>(Fp8TransposedV::first_token(params.problem, t.batch)) : t.k_offset;
+    cute::Tensor gVt = local_tile(domain_offset(make_coord(_0{}, vt_offset, _0{}), mVt(_, _, t.head_kv, _)),
                             Shape<typename Traits::HeadDimV, typename Traits::BlockN>{},
                             make_coord(_0{}, _));  // (Dv, N, blocks, batch)
     auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
@@ -510,8 +514,23 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
   float rescale[kRows];
   cute::Tensor tOrO = partition_fragment_C(mma_pv, Shape<typename Traits::BlockM, typename Traits::HeadDimV>{});
   cute::Tensor tSrS = partition_fragment_C(mma_qk, Shape<typename Traits::BlockM, typename Traits::BlockN>{});
+  // P as the P V WGMMA's A operand: the accumulator's layout reread as 16-bit A, or for FP8 an
+  // e4m3 copy in A's own order (fwd_fp8.cuh).
   cute::Tensor rP = make_tensor_like<Element>(tSrS);
-  cute::Tensor tOrP = make_tensor(rP.data(), accumulator_as_a_operand_layout(rP.layout()));
+  auto tOrP = [&] {
+    if constexpr (Traits::kFp8) {
+      return cute::make_tensor<Element>(cute::Shape<cute::Shape<_4, _2, _2>, _1, cute::Int<Traits::kBlockN / 32>>{});
+    } else {
+      return make_tensor(rP.data(), accumulator_as_a_operand_layout(rP.layout()));
+    }
+  }();
+  auto convert_p = [&] {
+    if constexpr (Traits::kFp8) {
+      convert_p_to_fp8_operand(tSrS, tOrP);
+    } else {
+      convert_fragment(tSrS, rP);
+    }
+  };
 
   for (int slot = 0;; slot = next_published_tile_slot(slot)) {
     smem.q_full.wait(q_phase);
@@ -536,6 +555,12 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
     }
 
     if constexpr (kPackedRows) load_packed_query<Traits>(params, t, sQ, thread);
+    // FP8: S's descale (q's times k's) joins the softmax's factor, O's (v's) its normalisation.
+    float tile_factor = factor, out_descale = 1.f;
+    if constexpr (Traits::kFp8) {
+      tile_factor *= params.q_descale.at(t.batch, t.head_kv) * params.k_descale.at(t.batch, t.head_kv);
+      out_descale = params.v_descale.at(t.batch, t.head_kv);
+    }
     if (params.sinks != nullptr) prefetch_sink_logits<Traits>(params, t, tScS, pack);
 
     // The first (highest) key block: S, then its softmax with nothing to overlap yet.
@@ -549,8 +574,8 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
     ++state_k;
     softmax.reset();
     prescale_and_mask(tSrS, t, n_block);
-    softmax.update(as_row_col(tSrS), factor, rescale);
-    convert_fragment(tSrS, rP);
+    softmax.update(as_row_col(tSrS), tile_factor, rescale);
+    convert_p();
     clear(tOrO);
     bool rescale_o = false;  // O is still zero
 
@@ -569,7 +594,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
       pipeline_k.consumer_release(state_k);
       ++state_k;
       prescale_and_mask(tSrS, t, n_block);
-      softmax.update(as_row_col(tSrS), factor, rescale);
+      softmax.update(as_row_col(tSrS), tile_factor, rescale);
       rescale_o = any_factor_below_one(rescale);
       // ptxas moves this wait up to the start of the softmax, so that it can interleave the P
       // conversions below with the exponentials; held below the softmax (the overlap as written)
@@ -577,7 +602,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
       warpgroup_wait<0>();
       pipeline_v.consumer_release(state_v);
       ++state_v;
-      convert_fragment(tSrS, rP);
+      convert_p();
       if (!Traits::kRescaleUnderQK && rescale_o) scale_rows(tOrO, rescale);
     }
 
@@ -586,7 +611,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
     pipeline_v.consumer_wait(state_v);
     issue_warpgroup_gemm</*kZeroInit=*/false>(mma_pv, tOrP, tOrVt(_, _, _, state_v.index()), tOrO);
     float inv_sum[kRows], lse[kRows];
-    softmax.finalize(factor, inv_sum, lse);
+    softmax.finalize(tile_factor, inv_sum, lse);
     warpgroup_wait<0>();
     pipeline_v.consumer_release(state_v);
     ++state_v;
@@ -595,6 +620,10 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
       for (int r = 0; r < kRows; ++r) inv_sum[r] = lse[r] = NAN;
     }
 
+    if constexpr (Traits::kFp8) {
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) inv_sum[r] *= out_descale;
+    }
     scale_rows(tOrO, inv_sum);
     asm volatile("" ::: "memory");  // read the published tile here, not before the loop
     if (params.scheduler.key_splits > 1) {  // a piece of the tile's keys: the combine kernel stores the tile

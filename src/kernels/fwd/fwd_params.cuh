@@ -5,6 +5,8 @@
 
 #include <cute/tensor.hpp>
 
+#include <type_traits>
+
 #include "kernels/common/problem.hpp"
 #include "kernels/common/tile_scheduler.hpp"
 #include "kernels/common/tma_tensors.cuh"
@@ -31,10 +33,12 @@ struct ForwardParams {
       cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeTokens{}, StrideTokens{}),
       cute::take<0, 2>(typename Traits::SmemLayoutK{}),
       cute::Shape<typename Traits::BlockN, typename Traits::HeadDim>{}, cute::_1{}));
+  // FP8: V^T is the workspace's transposed copy (fwd_fp8.cuh), (head_dim_v, tokens) with the
+  // tokens contiguous, the stride pattern of Q and K.
+  using StrideVt = std::conditional_t<Traits::kFp8, StrideTokens, StrideTransposed>;
   using TmaVt = decltype(cute::make_tma_copy(
       cute::SM90_TMA_LOAD{},
-      cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeTokens{},
-                        StrideTransposed{}),
+      cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeTokens{}, StrideVt{}),
       cute::take<0, 2>(typename Traits::SmemLayoutVt{}),
       cute::Shape<typename Traits::HeadDimV, typename Traits::BlockN>{}, cute::_1{}));
 
@@ -72,6 +76,8 @@ struct ForwardParams {
   RowTensor o;
   RowTensor lse;       // lse.data may be null
   const float* sinks;  // attention sinks, one logit per query head; null: none
+  // FP8 inputs (Traits::kFp8): their descale factors (S's is q's times k's, O's v's).
+  DescaleTensor q_descale, k_descale, v_descale;
   float scale_log2;    // softmax_scale * log2(e)
   // Softcap (ScoreVariant::kSoftcap): the tanh's argument is the raw score times softcap_in
   // (softmax_scale / softcap), the softmax's exp2 factor softcap_log2 (softcap * log2(e)).

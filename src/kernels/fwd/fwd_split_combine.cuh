@@ -55,7 +55,7 @@ template <class Traits>
 __global__ void __launch_bounds__(SplitCombineShape<Traits>::kThreads)
     combine_key_splits_kernel(CUTE_GRID_CONSTANT ForwardParams<Traits> const params, int row_blocks) {
   using Shape = SplitCombineShape<Traits>;
-  using Element = typename Traits::Element;
+  using Element = typename Traits::OutputElement;  // O's
   constexpr int kWarps = Shape::kWarps;
   constexpr int kRows = Shape::kRows;
   constexpr int kColumns = Shape::kColumnsPerLane;

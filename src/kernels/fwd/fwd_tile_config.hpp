@@ -100,4 +100,13 @@ struct ForwardSoftcapTileConfig<64> {
   static constexpr ForwardTileShape kShape{128, 128, 3, false, false, true};
 };
 
+// FP8 (e4m3) inputs: every tile's keys a multiple of 32 (one FP8 WGMMA K step). At d256 the
+// bf16 tile's 80 keys are not; FP8's half-size K/V stages fit 96 keys in the same shared memory.
+template <int kHeadDim>
+struct ForwardFp8TileConfig : ForwardTileConfig<kHeadDim> {};
+template <>
+struct ForwardFp8TileConfig<256> {
+  static constexpr ForwardTileShape kShape{128, 96, 2, true, false, false};
+};
+
 }  // namespace hopattn

@@ -4,6 +4,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <type_traits>
 
@@ -21,24 +22,48 @@ constexpr int kThreadsPerBlock = 128;
 constexpr int kWarpsPerBlock = kThreadsPerBlock / kWarpSize;
 constexpr int kMaxBlocks = 1 << 16;  // warps loop (grid-stride) beyond this
 
+using Float8 = __nv_fp8_e4m3;  // DType::kFloat8E4M3
+
+__device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(Float8 x) { return static_cast<float>(x); }
 
+// Round to nearest even; FP8 saturates at its largest finite value, 448, as FP8 kernels convert.
 template <typename T>
 __device__ __forceinline__ T from_float(float x) {
-  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>, "fp16 or bf16 only");
-  if constexpr (std::is_same_v<T, __half>) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else if constexpr (std::is_same_v<T, __half>) {
     return __float2half_rn(x);
-  } else {
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     return __float2bfloat16_rn(x);
+  } else {
+    static_assert(std::is_same_v<T, Float8>, "fp32, fp16, bf16 or fp8 e4m3 only");
+    return Float8(x);  // __NV_SATFINITE, round to nearest even
   }
 }
 
-// Rounds an intermediate to the input dtype when emulating a naive low-precision computation.
+// Rounds an intermediate to T when emulating a naive low-precision computation.
 template <typename T, typename Acc>
 __device__ __forceinline__ Acc maybe_round(Acc x, bool round_to_input) {
   return round_to_input ? static_cast<Acc>(to_float(from_float<T>(static_cast<float>(x)))) : x;
 }
+
+// The dtypes the naive low-precision mode rounds the forward's intermediates to, for inputs of
+// dtype T and an O of dtype Out, as a framework computing attention op by op does: 16-bit inputs
+// round S and P to T. FP8 inputs go through FP8 GEMMs with 16-bit results, so S is rounded to Out,
+// and P, which in [0, 1] is already in e4m3's range, to e4m3: the operand of the P V GEMM.
+template <typename T, typename Out>
+struct NaiveRounding {
+  using Score = T;
+  using Probability = T;
+};
+template <typename Out>
+struct NaiveRounding<Float8, Out> {
+  using Score = Out;
+  using Probability = Float8;
+};
 
 template <typename Acc>
 __device__ __forceinline__ Acc warp_sum(Acc x) {
@@ -162,28 +187,57 @@ struct TypeTag {
   using type = T;
 };
 
-// Runtime dtype and precision to the (element, accumulator) types of a launch:
-// launch(TypeTag<T>{}, TypeTag<Acc>{}). Unknown values are an error, never a silent default.
+// Runtime dtypes and precision to the types of a launch. Unknown values are an error, never a
+// silent default.
+
+// launch(TypeTag<Acc>{}) with the accumulator of `precision`.
 template <typename Launch>
-cudaError_t dispatch_types(DType dtype, ReferencePrecision precision, Launch&& launch) {
-  auto with_accumulator = [&](auto element) {
-    switch (precision) {
-      case ReferencePrecision::kFloat32:
-      case ReferencePrecision::kNaiveLowPrecision:
-        return launch(element, TypeTag<float>{});
-      case ReferencePrecision::kFloat64:
-        return launch(element, TypeTag<double>{});
-    }
-    return cudaErrorInvalidValue;
-  };
+cudaError_t with_accumulator(ReferencePrecision precision, Launch&& launch) {
+  switch (precision) {
+    case ReferencePrecision::kFloat32:
+    case ReferencePrecision::kNaiveLowPrecision:
+      return launch(TypeTag<float>{});
+    case ReferencePrecision::kFloat64:
+      return launch(TypeTag<double>{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+// launch(TypeTag<T>{}) with the 16-bit element type of `dtype`.
+template <typename Launch>
+cudaError_t with_16bit_element(DType dtype, Launch&& launch) {
   switch (dtype) {
     case DType::kFloat16:
-      return with_accumulator(TypeTag<__half>{});
+      return launch(TypeTag<__half>{});
     case DType::kBFloat16:
-      return with_accumulator(TypeTag<__nv_bfloat16>{});
+      return launch(TypeTag<__nv_bfloat16>{});
     default:
       return cudaErrorInvalidValue;
   }
+}
+
+// launch(TypeTag<T>{}, TypeTag<Acc>{}) for 16-bit tensors that all share `dtype` (the backward).
+template <typename Launch>
+cudaError_t dispatch_types(DType dtype, ReferencePrecision precision, Launch&& launch) {
+  return with_16bit_element(dtype, [&](auto element) {
+    return with_accumulator(precision, [&](auto accumulator) { return launch(element, accumulator); });
+  });
+}
+
+// launch(TypeTag<T>{}, TypeTag<Out>{}, TypeTag<Acc>{}) for inputs of `dtype` (16-bit or FP8) and
+// an output of `out_dtype` (the forward: FP8 inputs write O in bf16 or fp16).
+template <typename Launch>
+cudaError_t dispatch_forward_types(DType dtype, DType out_dtype, ReferencePrecision precision, Launch&& launch) {
+  if (dtype == DType::kFloat8E4M3) {
+    return with_16bit_element(out_dtype, [&](auto output) {
+      return with_accumulator(precision,
+                              [&](auto accumulator) { return launch(TypeTag<Float8>{}, output, accumulator); });
+    });
+  }
+  if (out_dtype != dtype) return cudaErrorInvalidValue;
+  return dispatch_types(dtype, precision, [&](auto element, auto accumulator) {
+    return launch(element, element, accumulator);
+  });
 }
 
 inline int grid_for(long long warps) {
