@@ -128,6 +128,11 @@ def without_sinks(key):
     return key[:17] + (False,)
 
 
+def as_bf16(key):
+    """The key of the same problem with bf16 inputs (an e4m3 row's baseline)."""
+    return key[:2] + ("bf16",) + key[3:]
+
+
 def without_softcap(key):
     """The key of the same problem without the score cap (softcap 0)."""
     return key[:16] + (0,) + key[17:]
@@ -342,6 +347,30 @@ def _compared(numerator, denominator):
     return f"{ratio:.3f}", ratio
 
 
+def fp8_table(by_key):
+    """Markdown for the FP8 bar ('' when no e4m3 row has a bf16 row beside it): per problem timed
+    with e4m3 inputs, hopattn's TFLOP/s with bf16 and with e4m3 inputs and the ratio e4m3 / bf16
+    (both rows of one run, the e4m3 inputs being the bf16 ones rounded); then per panel and per
+    direction the geomean and the least of the ratios."""
+    header = ["dir", "dtype", "kind", "d", "causal", "batch x seqlen", "hopattn bf16", "hopattn e4m3", "e4m3 / bf16"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    ratios = defaultdict(list)  # (panel of the bf16 problem, None) -> [e4m3 / bf16]
+    for key in sorted(by_key, key=sort_key):
+        low = by_key[key]
+        base = by_key.get(as_bf16(key), {})
+        if key[2] != "e4m3" or "hopattn" not in low or "hopattn" not in base:
+            continue
+        ours = low["hopattn"]["tflops"] / base["hopattn"]["tflops"]
+        ratios[(panel_of(as_bf16(key)), None)].append(ours)
+        cells = problem_cells(key, low["hopattn"])
+        cells += [f"{base['hopattn']['tflops']:.0f}", f"{low['hopattn']['tflops']:.0f}", f"{ours:.3f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    if not ratios:
+        return ""
+    lines += [""] + ratio_summary(ratios, "hopattn e4m3 / bf16")
+    return "\n".join(lines) + "\n"
+
+
 def softcap_table(by_key):
     """Markdown for the softcap bar ('' when no row has a softcap): per problem timed with a softcap,
     hopattn's TFLOP/s without and with it and the ratio softcap / no softcap (both rows of one run, on
@@ -552,6 +581,10 @@ def write_report(paths, out_dir, name="report", peers=None, plots=True, long_fro
         md += ["## Attention sinks", "", "Each problem timed with attention sinks (`learnable_sink`, one logit per "
                "query head) beside the same problem without them in the same run: TFLOP/s and sinks / no sinks.", "",
                sinks]
+    fp8 = fp8_table(by_key)
+    if fp8:
+        md += ["## FP8", "", "Each problem timed with float8 e4m3 inputs (the bf16 inputs rounded, no descale, O in "
+               "bf16) beside the same problem with bf16 inputs in the same run: TFLOP/s and e4m3 / bf16.", "", fp8]
     softcap = softcap_table(by_key)
     if softcap:
         md += ["## Softcap", "", "Each problem timed with its scores capped (`softcap`, S = softcap * tanh(scale * "
@@ -759,7 +792,8 @@ class Tensors:
     also requiring grad."""
 
     def __init__(self, torch, p, seed=0, device="cuda"):
-        dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[p.dtype]
+        # e4m3 inputs are the bf16 ones rounded (no descale), without grad: FP8 has a forward only.
+        dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "e4m3": torch.bfloat16}[p.dtype]
         gen = torch.Generator(device=device).manual_seed(seed)
         lead = (sum(p.lengths),) if p.varlen else (p.batch, p.seqlen)
 
@@ -775,6 +809,8 @@ class Tensors:
         # Drawn after the others, so that q, k, v and dout equal those of the problem without sinks.
         self.sink = (torch.randn(p.heads, device=device, dtype=torch.float32, generator=gen).requires_grad_(True)
                      if p.sinks else None)
+        if p.dtype == "e4m3":
+            self.q, self.k, self.v = (x.detach().to(torch.float8_e4m3fn) for x in (self.q, self.k, self.v))
         self.cu = None
         if p.varlen:
             offsets = [0]
@@ -950,13 +986,16 @@ def _cap(torch, scores, softcap):
     return (softcap * torch.tanh(scores.to(wide) / softcap)).to(scores.dtype)
 
 
-def _attention_slice(torch, q, k, v, dout, causal, dtype, window=(-1, -1), sink=None, softcap=0):
+def _attention_slice(torch, q, k, v, dout, causal, dtype, window=(-1, -1), sink=None, softcap=0, p_dtype=None):
     """q: (s, G, d), k: (s, d), v: (s, dv), dout: (s, G, dv) in `dtype` (float64: the reference, else
     the naive low-precision computation); window: hopattn's window_size; sink: None or the G heads'
     logits, one more column of every row's softmax whose probability is then dropped (the sink has
     no value, docs/semantics.md); softcap: the score cap (0: none), applied to scale * q.k before the
     mask (_cap). The scale is 1 / sqrt(d), Q's head dim whatever V's, as hopattn's, FlashAttention's
-    and SDPA's default. Returns out (s, G, dv) and dq, dk, dv, computed one query head at a time."""
+    and SDPA's default. Returns out (s, G, dv) and dq, dk, dv, computed one query head at a time.
+    p_dtype: P's rounding before P V where it is not `dtype`'s (FP8's naive computation, as
+    FlashAttention-3's tests: the scores in O's dtype, P in e4m3); then the forward only (None
+    gradients)."""
     q, k, v, dout = (x.detach().to(dtype) for x in (q, k, v, dout))
     s, heads, d = q.shape
     scale = 1.0 / math.sqrt(d)  # Q's head dim, not V's
@@ -975,11 +1014,16 @@ def _attention_slice(torch, q, k, v, dout, causal, dtype, window=(-1, -1), sink=
             probs = torch.softmax(torch.cat([scores, column], dim=1), dim=-1)[:, :-1]
         else:
             probs = torch.softmax(scores, dim=-1)
+        if p_dtype is not None:
+            outs.append(probs.detach().to(p_dtype).to(dtype) @ vv.detach())
+            continue
         out = probs.to(dtype) @ vv
         out.backward(dout[:, h])
         outs.append(out.detach())
         dqs.append(qq.grad)
         del scores, probs, out
+    if p_dtype is not None:
+        return torch.stack(outs, 1), None, None, None
     return torch.stack(outs, 1), torch.stack(dqs, 1), kk.grad, vv.grad
 
 
@@ -1063,7 +1107,11 @@ class Checker:
         args = (take(t.q, self.qh), take(t.k, self.kvh), take(t.v, self.kvh), take(t.dout, self.qh))
         sink = t.sink.detach()[self.qh] if t.sink is not None else None
         self.exact = _attention_slice(torch, *args, p.causal, torch.float64, p.window, sink, p.softcap)
-        self.naive = _attention_slice(torch, *args, p.causal, t.q.dtype, p.window, sink, p.softcap)
+        if p.dtype == "e4m3":  # FP8's naive computation: e4m3 inputs (exact in bf16), S in bf16, P in e4m3
+            self.naive = _attention_slice(torch, *args, p.causal, torch.bfloat16, p.window, sink, p.softcap,
+                                          p_dtype=torch.float8_e4m3fn)
+        else:
+            self.naive = _attention_slice(torch, *args, p.causal, t.q.dtype, p.window, sink, p.softcap)
         self.dsink = None  # (exact, naive) from the exact O, at the first backward check with sinks
 
     def _dsink_pair(self, got, out):
@@ -1115,6 +1163,8 @@ def run_problem(torch, p, a, impls, log, device="cuda"):
     for impl in impls:
         for direction, det in variants:
             if det and impl not in ("hopattn", "fa3", "fa4"):
+                continue
+            if p.dtype == "e4m3" and direction == "bwd":  # FP8 has a forward only
                 continue
             if impl == "cudnn" and p.varlen and direction == "bwd":
                 # SDPA's cuDNN backward on nested (jagged) tensors returned inf gradients and then an
@@ -1323,7 +1373,8 @@ def run_parser():
     parser.add_argument("--seqlens", type=_ints, default=list(SWEEP_SEQLENS), help="default 512,...,16384")
     parser.add_argument("--causal", type=_causal, default=[False, True], help="yes, no or both (default)")
     parser.add_argument("--direction", type=_words(["fwd", "bwd"]), default=["fwd", "bwd"], help="fwd,bwd (default)")
-    parser.add_argument("--dtype", type=_words(["bf16", "fp16"]), default=["bf16", "fp16"], help="bf16,fp16 (default)")
+    parser.add_argument("--dtype", type=_words(["bf16", "fp16", "e4m3"]), default=["bf16", "fp16"],
+                        help="bf16,fp16 (default); e4m3: FP8 inputs, forward only, beside bf16 in the FP8 table")
     parser.add_argument("--peers", type=_words(list(PEERS)), default=list(PEERS),
                         help="cudnn,fa2,efficient,fa3,fa4 (default: all; fa3/fa4 only when importable)")
     parser.add_argument("--extra", type=_words(["gqa", "varlen"]), default=["gqa", "varlen"],
