@@ -39,7 +39,7 @@ def rows(path):
     table = list(csv.reader(io.StringIO(text[start:])))
     header, units = table[0], dict(zip(table[0], table[1]))
     return [(dict(zip(header, r)), units) for r in table[2:] if len(r) == len(header)]
-scale_to_us = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+scale_to_us = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
 pipes = ["tensor_op_gmma", "tensor_op_hmma", "fma", "fmaheavy", "alu", "xu", "lsu", "uniform"]
 print("| problem | kernel | us | issue % | " + " | ".join(f"{p} %" for p in pipes) + " | dram % | top stalls (per issue) |")
 print("|" + "---|" * (len(pipes) + 6))
