@@ -63,4 +63,16 @@ ErrorReport check_against_reference(const std::string& name, const Downloaded& g
   return r;
 }
 
+ErrorReport check_float32_sum_against_reference(const std::string& name, const Downloaded& got,
+                                                const std::vector<double>& exact, const std::vector<double>& naive) {
+  ErrorReport r = check_against_reference(name, got, exact, naive, DType::kFloat32);
+  double largest = 0;
+  for (double x : exact) {
+    if (std::isfinite(x)) largest = std::fmax(largest, std::fabs(x));
+  }
+  if (largest > 0) r.atol += 4 * std::ldexp(1.0, std::ilogb(largest) - 23);
+  r.ok = r.nonfinite == 0 && r.wrongly_written == 0 && r.error <= r.multiplier * r.naive_error + r.atol;
+  return r;
+}
+
 }  // namespace hopattn::testing

@@ -117,27 +117,16 @@ CUTE_DEVICE void store_empty_tile(const ForwardParams<Traits>& params, const For
   }
 }
 
-// The sink logits of this thread's rows of tile t, prefetched into L1 when the tile starts for
-// add_sinks at its end: loaded there from L2, their latency stood after the tile's last GEMM, which
-// in a 128-key windowed tile (one or two key blocks) cost about a tenth of the tile (H100, d128:
-// sinks with a 128-key window at 0.89-0.92 of no sinks). A prefetch, not a load kept in registers
-// through the loop: that spilled 8-12 more bytes in the d64 and d256 consumers.
-template <class Traits, class RowCoords>
-CUTE_DEVICE void prefetch_sink_logits(const ForwardParams<Traits>& params, const ForwardTile& t, RowCoords const& tScS,
-                                      int pack) {
-  constexpr int kRows = decltype(cute::size<0>(tScS))::value;
-  CUTE_UNROLL
-  for (int r = 0; r < kRows; ++r) {
-    const int row = t.first_row + cute::get<0>(tScS(r, 0));
-    if (is_query(t, row, pack)) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(params.sinks + t.head_of(row, pack)));
-  }
-}
-
 // Attention sinks on a finished row (the whole of its keys): its LSE takes its head's sink in and
 // O shrinks by the keys' share, exp(lse_keys - lse). A row that saw no key gets LSE = sink; its O
-// is 0 already. A NaN row (a faulted KV cache sequence) stays NaN.
+// is 0 already. A NaN row (a faulted KV cache sequence) stays NaN. tile_sink: the sink of the
+// tile's head, which the publisher put in shared memory tiles ahead; packed GQA heads (pack > 1)
+// load theirs here. Loaded here, the logit's latency comes after the tile's last GEMM, which a
+// tile with a 128-key window (one or two key blocks) feels (H100, d128: sinks at 0.89-0.92 of no
+// sinks with that load, 0.91-0.92 with a prefetch into L1 at the tile's start, 0.925-0.927 with
+// the publisher's copy; d64 0.96-0.98 -> 0.97-0.985).
 template <class Traits, class AccO, class RowCoords, int kRows>
-CUTE_DEVICE void add_sinks(const ForwardParams<Traits>& params, const ForwardTile& t, AccO& tOrO,
+CUTE_DEVICE void add_sinks(const ForwardParams<Traits>& params, const ForwardTile& t, float tile_sink, AccO& tOrO,
                            RowCoords const& tScS, float (&lse)[kRows], int pack) {
   float keys_share[kRows];
   CUTE_UNROLL
@@ -147,7 +136,7 @@ CUTE_DEVICE void add_sinks(const ForwardParams<Traits>& params, const ForwardTil
     if (!is_query(t, row, pack)) continue;
     LogSumExp total;
     total.add(lse[r]);
-    total.add(params.sinks[t.head_of(row, pack)]);
+    total.add(pack == 1 ? tile_sink : params.sinks[t.head_of(row, pack)]);
     const float with_sink = total.value();
     keys_share[r] = lse[r] == -INFINITY ? 0.f : piece_weight(lse[r], with_sink);
     lse[r] = with_sink;

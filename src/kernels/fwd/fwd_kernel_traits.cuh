@@ -137,6 +137,9 @@ struct ForwardKernelTraits {
     // Whether the producer met a page outside a paged KV cache while loading the tile: its rows
     // are then NaN. Written before the arrivals on the tile's K/V stages, read after the last wait.
     int page_faults[kPublishedTileSlots];
+    // With attention sinks, the sink logit of the tile's (first) head, which the publisher loads
+    // tiles ahead for the consumers' epilogue (add_sinks).
+    float sink_logits[kPublishedTileSlots];
     typename Pipeline::SharedStorage pipeline_k;
     typename Pipeline::SharedStorage pipeline_v;
   };

@@ -105,7 +105,9 @@ CUTE_DEVICE void forward_tile_publisher(const ForwardParams<Traits>& params, typ
       // keep the compiler from sinking the stores past it (here and below).
       asm volatile("" ::: "memory");
       smem.scheduled_full[slot].arrive();
-      smem.tiles[slot] = done ? ForwardTile::end_marker() : make_forward_tile(params, scheduled);
+      const ForwardTile tile = done ? ForwardTile::end_marker() : make_forward_tile(params, scheduled);
+      smem.tiles[slot] = tile;
+      if (params.sinks != nullptr && !done) smem.sink_logits[slot] = params.sinks[tile.head];
     }
     slot = next_published_tile_slot(slot);
     wait_query_released_before<Traits>(smem, round);
@@ -561,7 +563,6 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
       tile_factor *= params.q_descale.at(t.batch, t.head_kv) * params.k_descale.at(t.batch, t.head_kv);
       out_descale = params.v_descale.at(t.batch, t.head_kv);
     }
-    if (params.sinks != nullptr) prefetch_sink_logits<Traits>(params, t, tScS, pack);
 
     // The first (highest) key block: S, then its softmax with nothing to overlap yet.
     int n_block = t.n_blocks.end - 1;
@@ -637,7 +638,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
       continue;
     }
     if (piece.merge_count > 0) merge_tail_partials<Traits>(params, piece, tOrO, lse, thread);
-    if (params.sinks != nullptr) add_sinks<Traits>(params, published, tOrO, tScS, lse, pack);
+    if (params.sinks != nullptr) add_sinks<Traits>(params, published, smem.sink_logits[slot], tOrO, tScS, lse, pack);
     store_tile<Traits>(params, published, tOrO, tScS, lse, pack, thread);
   }
 }
