@@ -575,7 +575,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
     ++state_k;
     softmax.reset();
     prescale_and_mask(tSrS, t, n_block);
-    softmax.update(as_row_col(tSrS), tile_factor, rescale);
+    softmax.template update<Traits::kFp8>(as_row_col(tSrS), tile_factor, rescale);
     convert_p();
     clear(tOrO);
     bool rescale_o = false;  // O is still zero
@@ -595,7 +595,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
       pipeline_k.consumer_release(state_k);
       ++state_k;
       prescale_and_mask(tSrS, t, n_block);
-      softmax.update(as_row_col(tSrS), tile_factor, rescale);
+      softmax.template update<Traits::kFp8>(as_row_col(tSrS), tile_factor, rescale);
       rescale_o = any_factor_below_one(rescale);
       // ptxas moves this wait up to the start of the softmax, so that it can interleave the P
       // conversions below with the exponentials; held below the softmax (the overlap as written)

@@ -52,9 +52,14 @@ struct OnlineSoftmax {
 
   // Turns the scores of one block (rows x cols view) into unnormalised probabilities and returns,
   // per row, the factor by which earlier contributions (O and the sum) must be rescaled.
+  // kSplitExp2: every fourth column's exp2 on the FMA pipe (emulated_exp2) rather than MUFU, for
+  // kernels whose MUFU time per block is as long as their GEMMs': FP8, whose WGMMAs run at twice
+  // the bf16 rate (d128: 1.7-2.4% faster with it on the H200, 4k-16k). Every other column (about 9
+  // instructions each for one MUFU slot) left the bf16 softcap forward issue-bound, and even a
+  // quarter lost 3-4% there (non-causal 8k-16k): softcap keeps MUFU only (docs/perf-log.md).
   // The column reductions are pairwise trees and each step runs over all rows at once: a serial
   // chain of 32 dependent FMNMX/FADD per row would leave the warp waiting on their latency.
-  template <class ScoreTensor>
+  template <bool kSplitExp2 = false, class ScoreTensor>
   CUTE_DEVICE void update(ScoreTensor&& s, float factor, float (&rescale)[kRows]) {
     static_assert(decltype(cute::size<0>(s))::value == kRows, "one softmax row per score row");
     constexpr int kCols = decltype(cute::size<1>(s))::value;
@@ -75,7 +80,10 @@ struct OnlineSoftmax {
       rescale[r] = fast_exp2(__fmul_rn(row_max[r], factor) - offset);
       row_max[r] = new_max[r];
       CUTE_UNROLL
-      for (int c = 0; c < kCols; ++c) s(r, c) = fast_exp2(fmaf(s(r, c), factor, -offset));
+      for (int c = 0; c < kCols; ++c) {
+        const float x = fmaf(s(r, c), factor, -offset);
+        s(r, c) = kSplitExp2 && c % 4 == 3 ? emulated_exp2(x) : fast_exp2(x);
+      }
     }
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
