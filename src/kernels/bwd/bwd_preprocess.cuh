@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kPreprocessThreads) backward_preprocess_kernel
       // Padding rows and rows that see no key (LSE = -inf) get +inf: their P is zero.
       ws.dpsum[first + r] = d;
       ws.lse_log2[first + r] = l[pass] == -INFINITY ? INFINITY : l[pass] * kLog2e;
-      sink_term += sink_gradient_term(sink, l[pass], d);
+      if (sinks != nullptr) sink_term += sink_gradient_term(sink, l[pass], d);
     }
   }
   if (sinks != nullptr) store_sink_partial<kPreprocessThreads>(sink_term, ws.sink_partial(first));
