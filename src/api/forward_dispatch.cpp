@@ -66,9 +66,13 @@ bool has_broadcast_input(const Problem& p, const RowTensor& q, const RowTensor& 
 namespace {
 
 // FP8 inputs run the Hopper FP8 kernel where this build has one for the head dims (HOPATTN_FP8)
-// and O is bf16, its only output type so far; else the simple kernel.
+// and O is bf16, its only output type so far; else the simple kernel. Varlen problems also take
+// the simple kernel for now: a varlen FP8 call from Python (tests/python/test_gpu_fp8.py, three
+// sequences, causal, the last with more queries than keys) left NaN in some elements of its last
+// sequence on the H200, while the C++ varlen cases passed; until that is understood, the kernel
+// takes fixed-length problems only.
 bool fp8_takes_kernel(const Problem& problem) {
-  return find_forward_kernel(problem) != nullptr && problem.out_dtype == DType::kBFloat16;
+  return find_forward_kernel(problem) != nullptr && problem.out_dtype == DType::kBFloat16 && !problem.varlen();
 }
 
 }  // namespace

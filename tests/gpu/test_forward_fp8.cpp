@@ -220,11 +220,15 @@ TEST_F(ForwardFp8, VDescaleScalesTheOutput) {
   DeviceBuffer twos(size_t(s.batch) * s.heads_kv * sizeof(float));
   const std::vector<float> factors(size_t(s.batch) * s.heads_kv, 2.0f);
   twos.upload(factors.data(), twos.bytes());
-  // Both calls without a workspace: with one, a split tail may sum its pieces in another order.
+  // Both calls with the workspace they ask for (the FP8 kernel's path): one without would run the
+  // simple kernel, and a split tail sums its pieces in another order than the tail-free call.
   auto run = [&](const Outputs& out, bool with_descale) {
     ForwardArgs args = c.forward_args(out);
     if (with_descale) args.v_descale = make_tensor(twos.data(), DType::kFloat32, {s.batch, s.heads_kv});
-    ASSERT_TRUE(forward(args, nullptr).ok());
+    size_t bytes = 0;
+    ASSERT_TRUE(forward_workspace_size(args, &bytes).ok());
+    DeviceBuffer workspace(bytes);
+    ASSERT_TRUE(forward(args, Workspace{workspace.data(), bytes}, nullptr).ok());
     check_cuda(cudaDeviceSynchronize(), "forward");
   };
   const Outputs plain = c.new_outputs(), doubled = c.new_outputs();
