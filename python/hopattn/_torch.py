@@ -135,17 +135,22 @@ def _check_max_seqlens(max_seqlen_q, max_seqlen_k) -> None:
             )
 
 
+def _check_float32_tensor(name: str, t, q) -> None:
+    """A float32 tensor argument on q's device (learnable_sink, the descales): its type, dtype and
+    device, each with its own error."""
+    if not isinstance(t, Tensor):
+        raise ArgumentTypeError(f"{name} must be a torch.Tensor of float32, got {type(t).__name__}")
+    if t.dtype != torch.float32:
+        raise ArgumentTypeError(f"{name}.dtype is {t.dtype} but must be torch.float32")
+    if t.device != q.device:
+        raise InvalidArgumentError(f"{name} is on {t.device} but q is on {q.device}; all tensors must share a device")
+
+
 def _check_sink(sink, q) -> None:
     """learnable_sink: a float32 tensor of one logit per query head, on q's device. Checked here
     rather than left to the library, whose messages call it `sinks`, and so that the fake
     implementations reject the same arguments."""
-    if not isinstance(sink, Tensor):
-        raise ArgumentTypeError(f"learnable_sink must be a torch.Tensor of float32, got {type(sink).__name__}")
-    if sink.dtype != torch.float32:
-        raise ArgumentTypeError(f"learnable_sink.dtype is {sink.dtype} but must be torch.float32")
-    if sink.device != q.device:
-        raise InvalidArgumentError(f"learnable_sink is on {sink.device} but q is on {q.device}; all tensors must "
-                                   "share a device")
+    _check_float32_tensor("learnable_sink", sink, q)
     if sink.dim() != 1:
         raise InvalidArgumentError(f"learnable_sink has shape {tuple(sink.shape)} but must be (heads,): one logit per "
                                    "query head")
@@ -202,16 +207,10 @@ def _check_descales(q, q_descale, k_descale, v_descale) -> None:
     for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
         if t is None:
             continue
-        if not isinstance(t, Tensor):
-            raise ArgumentTypeError(f"{name} must be a torch.Tensor of float32, got {type(t).__name__}")
         if q.dtype != _FP8:
             raise InvalidArgumentError(f"{name} is given but q.dtype is {q.dtype}: descale factors belong to "
                                        "torch.float8_e4m3fn inputs only")
-        if t.dtype != torch.float32:
-            raise ArgumentTypeError(f"{name}.dtype is {t.dtype} but must be torch.float32")
-        if t.device != q.device:
-            raise InvalidArgumentError(f"{name} is on {t.device} but q is on {q.device}; all tensors must share a "
-                                       "device")
+        _check_float32_tensor(name, t, q)
         if t.dim() != 2:
             raise InvalidArgumentError(f"{name} has shape {tuple(t.shape)} but must be (batch, heads_kv)")
 
