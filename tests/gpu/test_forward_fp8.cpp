@@ -102,6 +102,12 @@ std::vector<NamedCase> fp8_special_cases() {
   s.varlen_seqlens_k = {200, 9, 129, 0, 650};
   s.causal = true;
   add("e4m3_varlen_causal_gqa", s);
+  // The Python suite's varlen case (test_gpu_fp8.py), which left NaN in its last sequence on the
+  // FP8 kernel: short sequences in one key block each, the last with more queries than keys.
+  CaseSpec short_sequences = s;
+  short_sequences.varlen_seqlens_q = {30, 0, 77};
+  short_sequences.varlen_seqlens_k = {50, 9, 64};
+  add("e4m3_varlen_short_sequences_causal_gqa", short_sequences);
   s.causal = false;
   s.window_left = 60;
   s.window_right = 3;
