@@ -14,30 +14,25 @@ if(DEFINED ENV{HOPATTN_DTYPES})
 endif()
 
 set(HOPATTN_HEADDIMS "${_default_headdims}" CACHE STRING "Head dims to build kernels for (subset of ${_all_headdims})")
+# A kernel-set switch, ON by default, also from the environment variable of the same name;
+# NAME_CXX is its value as a C++ bool for the generated build_config.hpp.
+function(hopattn_kernel_switch name doc)
+  set(_default ON)
+  if(DEFINED ENV{${name}})
+    set(_default $ENV{${name}})
+  endif()
+  option(${name} "${doc}" ${_default})
+  if(${name})
+    set(${name}_CXX true PARENT_SCOPE)
+  else()
+    set(${name}_CXX false PARENT_SCOPE)
+  endif()
+endfunction()
 # Score variants (src/kernels/common/score_variant.hpp) beyond the plain scores: each one is
-# another forward and backward kernel per (dtype, head dim). Also from the environment.
-set(_default_softcap ON)
-if(DEFINED ENV{HOPATTN_SOFTCAP})
-  set(_default_softcap $ENV{HOPATTN_SOFTCAP})
-endif()
-option(HOPATTN_SOFTCAP "Build the softcap kernels (ForwardArgs::softcap > 0)" ${_default_softcap})
-if(HOPATTN_SOFTCAP)
-  set(HOPATTN_SOFTCAP_CXX true)
-else()
-  set(HOPATTN_SOFTCAP_CXX false)
-endif()
+# another forward and backward kernel per (dtype, head dim).
+hopattn_kernel_switch(HOPATTN_SOFTCAP "Build the softcap kernels (ForwardArgs::softcap > 0)")
 # The FP8 (e4m3) forward kernels, one per head dim (forward only, plain scores; docs/semantics.md).
-# On by default (one kernel per head dim; -DHOPATTN_FP8=OFF leaves them out). Also from the environment.
-set(_default_fp8 ON)
-if(DEFINED ENV{HOPATTN_FP8})
-  set(_default_fp8 $ENV{HOPATTN_FP8})
-endif()
-option(HOPATTN_FP8 "Build the FP8 (e4m3) forward kernels" ${_default_fp8})
-if(HOPATTN_FP8)
-  set(HOPATTN_FP8_CXX true)
-else()
-  set(HOPATTN_FP8_CXX false)
-endif()
+hopattn_kernel_switch(HOPATTN_FP8 "Build the FP8 (e4m3) forward kernels")
 set(HOPATTN_DTYPES "${_default_dtypes}" CACHE STRING "Dtypes to build kernels for (subset of ${_all_dtypes})")
 
 foreach(_d IN LISTS HOPATTN_HEADDIMS)

@@ -15,18 +15,8 @@
 namespace hopattn::testing {
 namespace {
 
-struct MaskChoice {
-  const char* name;
-  bool causal;
-  int left, right;
-};
 constexpr MaskChoice kMasks[] = {{"none", false, -1, -1},  {"causal", true, -1, -1},     {"local37_11", false, 37, 11},
                                  {"local0_0", false, 0, 0}, {"causal_left100", true, 100, -1}, {"right50", false, -1, 50}};
-struct HeadChoice {
-  const char* name;
-  int heads, heads_kv;
-};
-constexpr HeadChoice kHeadModes[] = {{"mha", 4, 4}, {"gqa", 6, 2}, {"mqa", 4, 1}};
 
 }  // namespace
 
@@ -42,23 +32,16 @@ std::vector<NamedCase> sweep_cases() {
   for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
     for (int d : head_dims) {
       for (const auto& [sq, sk] : seqlens) {
-        const MaskChoice& m = kMasks[rotation % std::size(kMasks)];
-        const HeadChoice& h = kHeadModes[(rotation / 2) % std::size(kHeadModes)];
-        ++rotation;
         CaseSpec s;
         s.dtype = dtype;
         s.head_dim = d;
         s.batch = 2;
         s.seqlen_q = sq;
         s.seqlen_k = sk;
-        s.heads = h.heads;
-        s.heads_kv = h.heads_kv;
-        s.causal = m.causal;
-        s.window_left = m.left;
-        s.window_right = m.right;
+        const std::string mask_and_heads = rotate_mask_and_heads(rotation++, kMasks, s);
         s.seed = seed++;
-        all.push_back({std::string(dtype == DType::kBFloat16 ? "bf16" : "fp16") + "_d" + std::to_string(d) + "_" +
-                           std::to_string(sq) + "x" + std::to_string(sk) + "_" + m.name + "_" + h.name,
+        all.push_back({dtype_tag(dtype) + "_d" + std::to_string(d) + "_" + std::to_string(sq) + "x" +
+                           std::to_string(sk) + "_" + mask_and_heads,
                        s});
       }
     }

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <cstddef>
 #include <initializer_list>
+#include <iterator>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -33,6 +35,36 @@ class HopperTest : public ::testing::Test {
 // Expects an accuracy report to pass, printing it either way, so that a run's log shows how much
 // margin each output has.
 void expect_ok(const ErrorReport& r);
+
+// The sweeps' rotating choices: each step takes the next mask of its list and, every other step,
+// the next head mode, so that neighbouring combinations appear without a full cross product.
+struct MaskChoice {
+  const char* name;
+  bool causal;
+  int left, right;
+};
+struct HeadChoice {
+  const char* name;
+  int heads, heads_kv;
+};
+inline constexpr HeadChoice kSweepHeadModes[] = {{"mha", 4, 4}, {"gqa", 6, 2}, {"mqa", 4, 1}};
+
+// Sets sweep step `rotation`'s mask (from `masks`) and head mode in `s`; returns "<mask>_<heads>"
+// for the case's name.
+template <size_t kMaskCount>
+std::string rotate_mask_and_heads(int rotation, const MaskChoice (&masks)[kMaskCount], CaseSpec& s) {
+  const MaskChoice& m = masks[rotation % kMaskCount];
+  const HeadChoice& h = kSweepHeadModes[(rotation / 2) % std::size(kSweepHeadModes)];
+  s.heads = h.heads;
+  s.heads_kv = h.heads_kv;
+  s.causal = m.causal;
+  s.window_left = m.left;
+  s.window_right = m.right;
+  return std::string(m.name) + "_" + h.name;
+}
+
+// "bf16" or "fp16", as case names spell a 16-bit dtype.
+inline std::string dtype_tag(DType dtype) { return dtype == DType::kFloat16 ? "fp16" : "bf16"; }
 
 std::vector<NamedCase> sweep_cases();
 std::vector<NamedCase> special_cases();

@@ -25,8 +25,6 @@ namespace {
 
 using ForwardFp8 = HopperTest;
 
-std::string dtype_tag(DType dtype) { return dtype == DType::kFloat16 ? "fp16" : "bf16"; }
-
 // Head dim pairs (Q/K, V), each a multiple of 16: the kernel head dims, ones a kernel would run
 // zero-padded, the smallest, and V narrower than Q/K.
 struct DimsChoice {
@@ -34,19 +32,8 @@ struct DimsChoice {
 };
 constexpr DimsChoice kDims[] = {{64, 64}, {128, 128}, {256, 256}, {96, 96}, {80, 80}, {16, 16}, {192, 128}, {128, 64}};
 constexpr std::pair<int, int> kSeqlens[] = {{1, 1}, {113, 203}, {128, 128}, {257, 1000}, {799, 3}};
-struct MaskChoice {
-  const char* name;
-  bool causal;
-  int left, right;
-};
 constexpr MaskChoice kMasks[] = {{"none", false, -1, -1}, {"causal", true, -1, -1}, {"local37_11", false, 37, 11},
                                  {"causal_left100", true, 100, -1}};
-struct HeadChoice {
-  const char* name;
-  int heads, heads_kv;
-};
-constexpr HeadChoice kHeadModes[] = {{"mha", 4, 4}, {"gqa", 6, 2}, {"mqa", 4, 1}};
-
 CaseSpec fp8_spec(int head_dim, int head_dim_v, DType out_dtype) {
   CaseSpec s;
   s.dtype = DType::kFloat8E4M3;
@@ -63,23 +50,16 @@ std::vector<NamedCase> fp8_sweep_cases() {
   int rotation = 0;
   for (const DimsChoice& dims : kDims) {
     for (const auto& [sq, sk] : kSeqlens) {
-      const MaskChoice& m = kMasks[rotation % std::size(kMasks)];
-      const HeadChoice& h = kHeadModes[(rotation / 2) % std::size(kHeadModes)];
       const DType out = rotation % 3 == 2 ? DType::kFloat16 : DType::kBFloat16;
       const bool descales = rotation % 4 != 3;
-      ++rotation;
       CaseSpec s = fp8_spec(dims.qk, dims.v, out);
       s.seqlen_q = sq;
       s.seqlen_k = sk;
-      s.heads = h.heads;
-      s.heads_kv = h.heads_kv;
-      s.causal = m.causal;
-      s.window_left = m.left;
-      s.window_right = m.right;
+      const std::string mask_and_heads = rotate_mask_and_heads(rotation++, kMasks, s);
       s.fp8_descales = descales;
       s.seed = seed++;
       all.push_back({"e4m3_" + dtype_tag(out) + "_d" + std::to_string(dims.qk) + "x" + std::to_string(dims.v) + "_" +
-                         std::to_string(sq) + "x" + std::to_string(sk) + "_" + m.name + "_" + h.name +
+                         std::to_string(sq) + "x" + std::to_string(sk) + "_" + mask_and_heads +
                          (descales ? "" : "_nodescale"),
                      s});
     }
