@@ -4,7 +4,9 @@
 # throughput and the warp stall reasons, as one markdown table (OUT/pipes.md) and ncu's raw CSV.
 # Usage on a Hopper machine with the hopattn package importable (PYTHONPATH, HOPATTN_LIBRARY):
 #   tools/profile_pipes.sh OUT 'LABEL|KERNEL_REGEX|SKIP|PROFILE_PROBLEM_ARGS' ...
-# SKIP: launches of matching kernels to skip first (the warm-up calls'), e.g.
+# SKIP: launches of matching kernels to skip first (the warm-up calls'); PROFILE_LAUNCHES (default 1)
+# launches are profiled from there, so that KERNEL_REGEX '.' with a count covers every kernel of a
+# call (a peer's, whose kernel names we do not know in advance). E.g.
 #   tools/profile_pipes.sh out 'softcap d128|forward_kernel|2|dense --softcap 30' \
 #     'no softcap d128|forward_kernel|2|dense' 'page 16|forward_kernel|2|chunked --page-size 16'
 set -uo pipefail
@@ -12,7 +14,7 @@ out=$1
 shift
 mkdir -p "$out"
 here=$(dirname "$0")
-metrics=gpu__time_duration.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
+metrics=gpu__time_duration.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
 metrics+=,regex:sm__pipe_.*_cycles_active.avg.pct_of_peak_sustained_active
 metrics+=,regex:sm__inst_executed_pipe_.*.avg.pct_of_peak_sustained_active
 metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed
@@ -23,7 +25,7 @@ for spec in "$@"; do
   n=$((n + 1))
   # shellcheck disable=SC2086  # the problem's arguments are meant to split
   timeout 300 ncu --clock-control none --target-processes all --kernel-name "regex:$kernel" \
-    --launch-skip "$skip" --launch-count 1 --metrics "$metrics" --csv --page raw \
+    --launch-skip "$skip" --launch-count "${PROFILE_LAUNCHES:-1}" --metrics "$metrics" --csv --page raw \
     python3 "$here/profile_problem.py" $args > "$out/ncu-$n.csv" 2> "$out/ncu-$n.log" ||
     echo "profile_pipes: '$label' failed (see $out/ncu-$n.log)"
   echo "$label" > "$out/label-$n.txt"
@@ -41,8 +43,8 @@ def rows(path):
     return [(dict(zip(header, r)), units) for r in table[2:] if len(r) == len(header)]
 scale_to_us = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
 pipes = ["tensor_op_gmma", "tensor_op_hmma", "fma", "fmaheavy", "alu", "xu", "lsu", "uniform"]
-print("| problem | kernel | us | issue % | " + " | ".join(f"{p} %" for p in pipes) + " | dram % | top stalls (per issue) |")
-print("|" + "---|" * (len(pipes) + 6))
+print("| problem | kernel | us | Minst | issue % | " + " | ".join(f"{p} %" for p in pipes) + " | dram % | top stalls (per issue) |")
+print("|" + "---|" * (len(pipes) + 7))
 for i in range(1, n + 1):
     label = open(f"{out}/label-{i}.txt").read().strip()
     for r, units in rows(f"{out}/ncu-{i}.csv"):
@@ -58,7 +60,9 @@ for i in range(1, n + 1):
                         reverse=True)[:4]
         us = metric("gpu__time_duration.sum")
         us = f"{float(us) * scale_to_us.get(units.get('gpu__time_duration.sum'), 1.0):.1f}" if us else ""
-        print(f"| {label} | {r.get('Kernel Name', '')[:40]} | {us} | "
+        inst = metric("smsp__inst_executed.sum")
+        inst = f"{float(inst) / 1e6:.1f}" if inst else ""
+        print(f"| {label} | {r.get('Kernel Name', '')[:60]} | {us} | {inst} | "
               f"{metric('smsp__issue_active.avg.pct_of_peak_sustained_active')} | "
               + " | ".join(pipe(p) for p in pipes)
               + f" | {metric('dram__throughput.avg.pct_of_peak_sustained_elapsed')} | "

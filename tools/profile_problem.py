@@ -8,6 +8,7 @@ problem it ran.
 Usage (bf16; every size has a default):
   profile_problem.py dense   [--hdim D] [--batch B] [--seqlen S] [--heads H] [--heads-kv HKV]
                              [--causal] [--window L] [--sinks] [--softcap C] [--direction fwd|bwd]
+                             [--impl hopattn|fa4|cudnn|...] [--deterministic]
   profile_problem.py chunked [--hdim D] [--batch B] [--seqlen-q S] [--seqlen-k S] [--page-size P]
   profile_problem.py decode  [--hdim D] [--batch B] [--seqlen-k S] [--heads H] [--heads-kv HKV]
                              [--page-size P] [--num-splits N]
@@ -26,7 +27,10 @@ def dense_call(torch, a):
     p = compare.Problem("bf16", a.hdim, a.causal, a.batch, a.seqlen, a.heads, a.heads_kv,
                         window=(a.window, 0) if a.window >= 0 else (-1, -1), sinks=a.sinks, softcap=a.softcap)
     t = compare.Tensors(torch, p, seed=0)
-    fwd = compare.make_hopattn(torch, p, t, False, **compare.mask_options(p, t))
+    if a.impl == "hopattn":
+        fwd = compare.make_hopattn(torch, p, t, a.deterministic, **compare.mask_options(p, t))
+    else:  # a peer on the same tensors, for a profile side by side with ours
+        fwd = compare.PEERS[a.impl](torch, p, t, a.deterministic)
     if a.direction == "fwd":
         return p.describe(), fwd
     out = fwd()
@@ -69,6 +73,8 @@ def parser():
     ap.add_argument("--sinks", action="store_true")
     ap.add_argument("--softcap", type=float, default=0.0)
     ap.add_argument("--direction", choices=["fwd", "bwd"], default="fwd")
+    ap.add_argument("--impl", default="hopattn", help="dense only: hopattn or a peer of bench/compare.py (fa4, cudnn, ...)")
+    ap.add_argument("--deterministic", action="store_true", help="dense only: the deterministic mode")
     ap.add_argument("--page-size", type=int, default=0)
     ap.add_argument("--num-splits", type=int, default=0)
     ap.add_argument("--calls", type=int, default=3)
