@@ -7,8 +7,8 @@ Decode reads the whole KV cache to produce a few rows of output: it is bound by 
 metric is K+V bytes / GPU time in TB/s. Each call is captured in a CUDA graph and timed over many
 replays (bench/gpu_timing.py), so that host overhead does not count. Rows: query length 1 (and 4,
 16: speculative decoding), cache length 8k/32k/128k, batch 1/4/16/64, query / KV heads 32/8, 64/8
-and 32/1, head dim 128, 64 and 256, bf16, causal (bottom-right aligned: every query row sees the
-cache up to its own position). Every output is checked with FA3's rule against a float64 reference
+and 32/1, head dim 128, 64 and 256, bf16 (`--dtype e4m3`: FP8 caches, hopattn only), causal
+(bottom-right aligned: every query row sees the cache up to its own position). Every output is checked with FA3's rule against a float64 reference
 before it is timed; a hopattn mismatch is reported and not timed. The JSON is compare.py's file
 layout with decode rows (docs/benchmarking.md).
 
@@ -32,7 +32,7 @@ import compare  # noqa: E402  (bench/, beside this file)
 import gpu_timing  # noqa: E402
 
 PEERS = ("cudnn", "fa2")
-ELEMENT_BYTES = {"bf16": 2, "fp16": 2}
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "e4m3": 1}
 DEFAULT_SEQLENS_Q = (1, 4, 16)
 DEFAULT_SEQLENS_K = (8192, 32768, 131072)
 DEFAULT_BATCHES = (1, 4, 16, 64)
@@ -149,7 +149,8 @@ def calls_of(p, peers, append):
     call; then, at query length 1, the kvcache call that appends a key with rotary embedding."""
     impls = ["hopattn", "hopattn_kvcache", *peers] if not p.page_size else ["hopattn"]
     calls = [(impl, False) for impl in impls]
-    if append and p.seqlen_q == 1:
+    # FP8 caches take no rotary embedding yet: no append row for them.
+    if append and p.seqlen_q == 1 and p.dtype != "e4m3":
         calls.append((kvcache_impl(p), True))
     return calls
 
@@ -415,7 +416,8 @@ class Tensors:
     the kvcache call."""
 
     def __init__(self, torch, p, seed, device="cuda"):
-        dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[p.dtype]
+        # e4m3 inputs are bf16 ones rounded to float8_e4m3fn (no descale; out in bf16).
+        dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "e4m3": torch.bfloat16}[p.dtype]
         gen = torch.Generator(device=device).manual_seed(seed)
 
         def randn(seqlen, heads):
@@ -427,6 +429,8 @@ class Tensors:
                                                           p.hdim, dt, gen, device)
         else:
             self.k, self.v, self.page_table = randn(p.seqlen_k, p.heads_kv), randn(p.seqlen_k, p.heads_kv), None
+        if p.dtype == "e4m3":
+            self.q, self.k, self.v = (x.to(torch.float8_e4m3fn) for x in (self.q, self.k, self.v))
         self.seqlen_k = p.seqlen_k
         self.cache_seqlens = torch.full((p.batch,), p.seqlen_k, dtype=torch.int32, device=device)
 
@@ -502,11 +506,12 @@ class AppendStep:
         return "pass"
 
 
-def reference_out(torch, q, k, v, causal, dtype):
+def reference_out(torch, q, k, v, causal, dtype, p_dtype=None):
     """q: (seqlen_q, G, d), k, v: (seqlen_k, d) of one batch element and KV head, computed in `dtype`
     (float64: the reference; else the naive low-precision computation of compare._attention_slice,
-    which bounds the error). causal is bottom-right aligned: query i sees keys up to
-    i + seqlen_k - seqlen_q. Returns out (seqlen_q, G, d)."""
+    which bounds the error; p_dtype: P's rounding there, e4m3 for FP8 inputs, as compare's). causal
+    is bottom-right aligned: query i sees keys up to i + seqlen_k - seqlen_q. Returns out
+    (seqlen_q, G, d)."""
     q, k, v = (x.to(dtype) for x in (q, k, v))
     seqlen_q, group, d = q.shape
     seqlen_k = k.shape[0]
@@ -515,8 +520,10 @@ def reference_out(torch, q, k, v, causal, dtype):
     if causal:
         visible = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=q.device).tril_(seqlen_k - seqlen_q)
         scores = scores.masked_fill(~visible[:, None, :], float("-inf"))
-    probs = torch.softmax(scores if dtype == torch.float64 else scores.float(), dim=-1).to(dtype)
-    return probs @ v
+    probs = torch.softmax(scores if dtype == torch.float64 else scores.float(), dim=-1)
+    if p_dtype is not None:
+        probs = probs.to(p_dtype)
+    return probs.to(dtype) @ v
 
 
 class Checker:
@@ -530,11 +537,12 @@ class Checker:
         group = p.heads // p.heads_kv
         self.group_heads = slice(p.heads - group, p.heads)
         args = (t.q[-1, :, self.group_heads], *t.logical_kv(-1, p.heads_kv - 1))
-        low = t.q.dtype
+        fp8 = t.q.dtype == torch.float8_e4m3fn  # FP8's naive computation: S and out in bf16, P in e4m3
+        low = torch.bfloat16 if fp8 else t.q.dtype
         exact = step.attended(torch, *args, torch.float64) if step else args
         naive = step.attended(torch, *args, low) if step else args
         self.exact = reference_out(torch, *exact, p.causal, torch.float64)
-        self.naive = reference_out(torch, *naive, p.causal, low)
+        self.naive = reference_out(torch, *naive, p.causal, low, torch.float8_e4m3fn if fp8 else None)
 
     def check(self, out):
         ok, error, bound = compare._rule(self.torch, out[-1, :, self.group_heads], self.exact, self.naive)
@@ -547,6 +555,8 @@ def _make_sdpa(backend_name):
     def make(torch, p, t):
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
+        if p.dtype == "e4m3":
+            raise compare.Unsupported("SDPA takes no FP8 inputs")
         backend = getattr(SDPBackend, compare.SDPA_BACKENDS[backend_name])
         # SDPA's is_causal is top-left aligned: a single query row would see key 0 alone. With one
         # query row, bottom-right causal is no mask at all.
@@ -723,7 +733,9 @@ def parser():
                         f"{_csv(DEFAULT_PAGE_SIZES)}; page size 1 only at the smallest cache length)")
     parser.add_argument("--no-append", action="store_true", help="leave out the append rows (query length 1: the "
                         "step that also writes one key with rotary embedding)")
-    parser.add_argument("--dtype", type=compare._words(["bf16", "fp16"]), default=["bf16"], help="bf16 (default),fp16")
+    parser.add_argument("--dtype", type=compare._words(["bf16", "fp16", "e4m3"]), default=["bf16"],
+                        help="bf16 (default),fp16,e4m3 (FP8 caches: the bf16 inputs rounded, no descale, out bf16; "
+                        "TB/s of their 1-byte K+V; no append rows)")
     parser.add_argument("--causal", type=compare._causal, default=[True], help="yes (default), no or both")
     parser.add_argument("--peers", type=compare._words(list(PEERS)), default=list(PEERS),
                         help=f"default {_csv(PEERS)}")

@@ -397,15 +397,18 @@ def fake_hopattn(torch, rotate_q=True):
         cos, sin = (torch.cat([c, c]).float() for c in (cos, sin))
         return (x.float() * cos + rotated_half.float() * sin).to(x.dtype)
 
+    def out_dtype(q):  # FP8 inputs give a bfloat16 out
+        return torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
+
     def attention(q, k, v, *, causal=False, deterministic=False, num_splits=0, pack_gqa=None):
-        return plain_attention(torch, q, k, v, causal).to(q.dtype)
+        return plain_attention(torch, q, k, v, causal).to(out_dtype(q))
 
     def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, rotary_cos=None, rotary_sin=None,
                                cache_seqlens=None, page_table=None, causal=False, rotary_interleaved=True,
                                num_splits=0, pack_gqa=None):
         assert rotary_cos is None or not rotary_interleaved, "decode.py asks for the GPT-NeoX layout"
         page_size = k_cache.shape[1]
-        out = torch.empty_like(q)
+        out = torch.empty_like(q, dtype=out_dtype(q))
         for b in range(q.shape[0]):
             start = int(cache_seqlens[b])
             new = 0 if k is None else k.shape[1]
@@ -423,7 +426,7 @@ def fake_hopattn(torch, rotate_q=True):
                                   for i in range(qb.shape[0])])
             keys = torch.stack([k_cache[slot(j)] for j in range(start + new)])
             values = torch.stack([v_cache[slot(j)] for j in range(start + new)])
-            out[b] = plain_attention(torch, qb[None], keys[None], values[None], causal)[0].to(q.dtype)
+            out[b] = plain_attention(torch, qb[None], keys[None], values[None], causal)[0].to(out.dtype)
         return out
 
     import hopattn  # the real package (conftest.py), for its signatures
@@ -467,6 +470,20 @@ def test_rows_of_a_problem_on_cpu(monkeypatch, page_size):
     assert [(r["impl"], r["seqlen_new"], r["rotary"]) for r in rows] == expected, log
     assert all(r["check"] == "pass" and r["ms"] == 0.5 and r["page_size"] == page_size for r in rows), rows
     assert all(len(outs) == 2 for outs in timed)  # both copies
+
+
+@pytest.mark.parametrize("page_size", [0, 64])
+def test_fp8_rows_of_a_problem_on_cpu(monkeypatch, page_size):
+    # e4m3 caches: hopattn's calls only (SDPA takes no FP8), no append row (FP8 caches take no
+    # rotary yet), checked with FP8's naive bound, their K+V counted at one byte an element.
+    torch = cpu_torch()
+    p = decode.Problem("e4m3", 32, True, 2, 4, 2, 1, 100, page_size)
+    rows, timed, log = fake_run(torch, monkeypatch, p, ["--peers", "fa2"])
+    expected = ["hopattn"] if page_size else ["hopattn", "hopattn_kvcache"]
+    assert [r["impl"] for r in rows] == expected, log
+    assert all(r["check"] == "pass" and r["dtype"] == "e4m3" for r in rows), rows
+    assert p.kv_bytes() == 2 * 2 * 100 * 2 * 32
+    assert all(out.dtype == torch.bfloat16 for outs in timed for out in outs)
 
 
 def test_append_check_on_cpu(monkeypatch):
