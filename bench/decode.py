@@ -8,9 +8,10 @@ metric is K+V bytes / GPU time in TB/s. Each call is captured in a CUDA graph an
 replays (bench/gpu_timing.py), so that host overhead does not count. Rows: query length 1 (and 4,
 16: speculative decoding), cache length 8k/32k/128k, batch 1/4/16/64, query / KV heads 32/8, 64/8
 and 32/1, head dim 128, 64 and 256, bf16 (`--dtype e4m3`: FP8 caches, hopattn only), causal
-(bottom-right aligned: every query row sees the cache up to its own position). Every output is checked with FA3's rule against a float64 reference
-before it is timed; a hopattn mismatch is reported and not timed. The JSON is compare.py's file
-layout with decode rows (docs/benchmarking.md).
+(bottom-right aligned: every query row sees the cache up to its own position). Every output is
+checked with FA3's rule against a float64 reference before it is timed; a hopattn mismatch is
+reported and not timed. The JSON is compare.py's file layout with decode rows
+(docs/benchmarking.md).
 
 Each shape also runs on paged caches (page sizes 16, 64, 256, and 1 at the smallest cache length
 only) through hopattn.attention_with_kvcache, whose TB/s the report sets beside hopattn's

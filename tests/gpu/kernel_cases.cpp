@@ -26,8 +26,7 @@ std::vector<NamedCase> sweep_cases() {
   const int head_dims[] = {64, 96, 128, 192, 256, 8, 40, 72, 80, 104, 160, 248};
   const std::pair<int, int> seqlens[] = {{1, 1},     {1, 300},   {113, 203}, {799, 3},
                                          {3, 799},   {128, 128}, {257, 1000}, {1000, 257}};
-  std::vector<NamedCase> all;
-  uint64_t seed = 5000;
+  SeededCases cases(5000);
   int rotation = 0;
   for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
     for (int d : head_dims) {
@@ -39,24 +38,18 @@ std::vector<NamedCase> sweep_cases() {
         s.seqlen_q = sq;
         s.seqlen_k = sk;
         const std::string mask_and_heads = rotate_mask_and_heads(rotation++, kMasks, s);
-        s.seed = seed++;
-        all.push_back({dtype_tag(dtype) + "_d" + std::to_string(d) + "_" + std::to_string(sq) + "x" +
-                           std::to_string(sk) + "_" + mask_and_heads,
-                       s});
+        cases.add(dtype_tag(dtype) + "_d" + std::to_string(d) + "_" + std::to_string(sq) + "x" + std::to_string(sk) +
+                      "_" + mask_and_heads,
+                  s);
       }
     }
   }
-  return all;
+  return cases.take();
 }
 
 // Larger and special problems: long sequences, strides, scales, varlen corner cases.
 std::vector<NamedCase> special_cases() {
-  std::vector<NamedCase> all;
-  uint64_t seed = 9000;
-  auto add = [&](std::string name, CaseSpec s) {
-    s.seed = seed++;
-    all.push_back({std::move(name), s});
-  };
+  SeededCases cases(9000);
   for (int d : {64, 128, 256}) {
     for (bool causal : {false, true}) {
       CaseSpec s;
@@ -65,7 +58,7 @@ std::vector<NamedCase> special_cases() {
       s.heads = s.heads_kv = 2;
       s.seqlen_q = s.seqlen_k = 4224;
       s.causal = causal;
-      add("long_4224_d" + std::to_string(d) + (causal ? "_causal" : ""), s);
+      cases.add("long_4224_d" + std::to_string(d) + (causal ? "_causal" : ""), s);
     }
   }
   CaseSpec s;
@@ -76,19 +69,19 @@ std::vector<NamedCase> special_cases() {
   s.seqlen_q = 300;
   s.seqlen_k = 517;
   s.row_padding = 24;  // rows 24 elements apart: batch, row and head strides all distinct
-  add("strided_batch3_gqa", s);
+  cases.add("strided_batch3_gqa", s);
   s.causal = true;
   s.dtype = DType::kFloat16;
-  add("strided_batch3_gqa_causal_fp16", s);
+  cases.add("strided_batch3_gqa_causal_fp16", s);
 
   s = CaseSpec{};
   s.head_dim = 128;
   s.seqlen_q = s.seqlen_k = 333;
   s.softmax_scale = -0.3f;  // a negative scale turns the max into a min: the softmax must not care
-  add("negative_scale", s);
+  cases.add("negative_scale", s);
   s.softmax_scale = 2.0f;
   s.causal = true;
-  add("large_scale_causal", s);
+  cases.add("large_scale_causal", s);
 
   // Windows as large as an int allows ("unbounded" spelled as INT_MAX): the band's edges must not
   // overflow in the boundary blocks' element mask (the partial last key block here).
@@ -97,11 +90,11 @@ std::vector<NamedCase> special_cases() {
   s.seqlen_q = 300;
   s.seqlen_k = 203;
   s.window_left = s.window_right = std::numeric_limits<int>::max();
-  add("int_max_windows_more_queries", s);
+  cases.add("int_max_windows_more_queries", s);
   std::swap(s.seqlen_q, s.seqlen_k);
-  add("int_max_windows_more_keys", s);
+  cases.add("int_max_windows_more_keys", s);
   s.window_right = -1;
-  add("int_max_window_left_more_keys", s);
+  cases.add("int_max_window_left_more_keys", s);
 
   s = CaseSpec{};
   s.head_dim = 128;
@@ -109,32 +102,32 @@ std::vector<NamedCase> special_cases() {
   s.heads_kv = 2;
   s.varlen_seqlens_q = {0, 0, 300};  // leading empty sequences
   s.varlen_seqlens_k = {0, 0, 411};
-  add("varlen_leading_empty", s);
+  cases.add("varlen_leading_empty", s);
   s.varlen_seqlens_q = {0, 0, 0};
   s.varlen_seqlens_k = {5, 0, 7};
-  add("varlen_all_queries_empty", s);
+  cases.add("varlen_all_queries_empty", s);
   s.varlen_seqlens_q = {17, 0, 9};
   s.varlen_seqlens_k = {0, 0, 0};
-  add("varlen_all_keys_empty", s);
+  cases.add("varlen_all_keys_empty", s);
   s.varlen_seqlens_q = {130, 1, 257, 64, 0, 700};
   s.varlen_seqlens_k = {200, 9, 129, 0, 33, 650};
   s.causal = true;
-  add("varlen_causal_gqa", s);
+  cases.add("varlen_causal_gqa", s);
   s.causal = false;
   s.window_left = 60;
   s.window_right = 3;
   s.seqused_q = {100, 1, 0, 64, 0, 511};
   s.seqused_k = {200, 4, 100, 0, 10, 649};
-  add("varlen_local_seqused", s);
+  cases.add("varlen_local_seqused", s);
   s.window_left = s.window_right = -1;
   s.head_dim = 192;
   s.dtype = DType::kFloat16;
   s.seqused_q.clear();
   s.seqused_k.clear();
-  add("varlen_d192_fp16", s);
+  cases.add("varlen_d192_fp16", s);
   s.head_dim = 72;
   s.row_padding = 16;
-  add("varlen_d72_strided", s);
+  cases.add("varlen_d72_strided", s);
 
   // Attention sinks (one logit per query head): with a 128-token window (gpt-oss), causal GQA
   // with more queries than keys (rows that see only the sink), varlen with empty sequences.
@@ -152,10 +145,10 @@ std::vector<NamedCase> special_cases() {
     s.causal = true;
     s.window_left = 128;
     s.sinks = sinks_for(s.heads);
-    add("sinks_window128_gqa_d" + std::to_string(d), s);
+    cases.add("sinks_window128_gqa_d" + std::to_string(d), s);
     s.window_left = -1;
     s.seqlen_q = 1300;
-    add("sinks_causal_more_queries_gqa_d" + std::to_string(d), s);
+    cases.add("sinks_causal_more_queries_gqa_d" + std::to_string(d), s);
   }
   s = CaseSpec{};
   s.head_dim = 128;
@@ -163,7 +156,7 @@ std::vector<NamedCase> special_cases() {
   s.varlen_seqlens_q = {130, 0, 257, 1};
   s.varlen_seqlens_k = {200, 9, 0, 650};
   s.sinks = sinks_for(s.heads);
-  add("sinks_varlen", s);
+  cases.add("sinks_varlen", s);
   // Unmasked and fixed-length: the split tail's owners add the sink after their merge; and the
   // wider unmasked key blocks.
   s = CaseSpec{};
@@ -172,7 +165,7 @@ std::vector<NamedCase> special_cases() {
   s.heads = s.heads_kv = 4;
   s.seqlen_q = s.seqlen_k = 4224;
   s.sinks = sinks_for(s.heads);
-  add("sinks_unmasked_long_d128", s);
+  cases.add("sinks_unmasked_long_d128", s);
 
   // Softcap (Gemma 2 uses 50, 30 is common, a small cap saturates most scores), every kernel head
   // dim and one that runs zero-padded, masks, GQA, varlen, with sinks.
@@ -189,7 +182,7 @@ std::vector<NamedCase> special_cases() {
       s.causal = causal;
       s.softcap = caps[i++ % 3];
       s.softmax_scale = d == 72 ? 0.5f : kDefaultSoftmaxScale;  // a large scale: the cap matters
-      add("softcap" + std::to_string(static_cast<int>(s.softcap)) + "_d" + std::to_string(d) +
+      cases.add("softcap" + std::to_string(static_cast<int>(s.softcap)) + "_d" + std::to_string(d) +
               (causal ? "_causal" : ""),
           s);
     }
@@ -203,7 +196,7 @@ std::vector<NamedCase> special_cases() {
   s.window_left = 100;
   s.softcap = 30.f;
   s.sinks = sinks_for(s.heads);
-  add("softcap30_varlen_local_sinks", s);
+  cases.add("softcap30_varlen_local_sinks", s);
 
   // V with a head dim of its own (head_dim_v): the (192, 128) kernel, pairs that run zero-padded on
   // a larger kernel (V narrower or wider than Q/K), masks, GQA with head slices, varlen, sinks.
@@ -224,7 +217,7 @@ std::vector<NamedCase> special_cases() {
       s.causal = causal;
       s.window_left = i % 4 == 3 ? 64 : -1;
       ++i;
-      add("hdimv_" + std::to_string(dims.qk) + "x" + std::to_string(dims.v) + (causal ? "_causal" : "") +
+      cases.add("hdimv_" + std::to_string(dims.qk) + "x" + std::to_string(dims.v) + (causal ? "_causal" : "") +
               (s.window_left >= 0 ? "_local" : "") + "_kv" + std::to_string(s.heads_kv),
           s);
     }
@@ -235,9 +228,9 @@ std::vector<NamedCase> special_cases() {
   s.batch = 1;
   s.heads = s.heads_kv = 2;
   s.seqlen_q = s.seqlen_k = 4224;
-  add("hdimv_192x128_long_4224", s);
+  cases.add("hdimv_192x128_long_4224", s);
   s.causal = true;
-  add("hdimv_192x128_long_4224_causal", s);
+  cases.add("hdimv_192x128_long_4224_causal", s);
   s = CaseSpec{};
   s.head_dim = 192;
   s.head_dim_v = 128;
@@ -245,7 +238,7 @@ std::vector<NamedCase> special_cases() {
   s.heads_kv = 1;  // a group of 8 over short keys: head slices, dK/dV summed in the workspace
   s.seqlen_q = 1000;
   s.seqlen_k = 200;
-  add("hdimv_192x128_mqa_slices", s);
+  cases.add("hdimv_192x128_mqa_slices", s);
   s = CaseSpec{};
   s.head_dim = 192;
   s.head_dim_v = 128;
@@ -256,13 +249,13 @@ std::vector<NamedCase> special_cases() {
   s.causal = true;
   s.sinks = sinks_for(s.heads);
   s.dtype = DType::kFloat16;
-  add("hdimv_192x128_varlen_causal_sinks_fp16", s);
+  cases.add("hdimv_192x128_varlen_causal_sinks_fp16", s);
   s.head_dim = 128;
   s.head_dim_v = 64;
   s.row_padding = 16;
   s.dtype = DType::kBFloat16;
-  add("hdimv_128x64_varlen_strided", s);
-  return all;
+  cases.add("hdimv_128x64_varlen_strided", s);
+  return cases.take();
 }
 
 void HopperTest::SetUp() {

@@ -8,10 +8,12 @@
 
 #include <functional>
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 #include <iterator>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hopattn/hopattn.hpp"
@@ -25,6 +27,21 @@ struct NamedCase {
   CaseSpec spec;
 };
 inline void PrintTo(const NamedCase& c, std::ostream* os) { *os << c.name; }
+
+// A list of named cases whose seeds count up from the first one, one per case in the order added.
+class SeededCases {
+ public:
+  explicit SeededCases(uint64_t first_seed) : next_seed_(first_seed) {}
+  void add(std::string name, CaseSpec spec) {
+    spec.seed = next_seed_++;
+    cases_.push_back({std::move(name), std::move(spec)});
+  }
+  std::vector<NamedCase> take() { return std::move(cases_); }
+
+ private:
+  uint64_t next_seed_;
+  std::vector<NamedCase> cases_;
+};
 
 // The GPU suites' fixture: every test skips, saying why, without an sm_90 GPU.
 class HopperTest : public ::testing::Test {

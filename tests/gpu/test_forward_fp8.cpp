@@ -2,8 +2,9 @@
 // through forward(): fresh random inputs, poisoned outputs and FA3's rule, whose bound is the
 // error of the naive FP8 computation (docs/semantics.md, "FP8"). Small problems are checked against
 // the float64 CPU reference on the dequantized inputs, which knows nothing of descales (so it
-// checks how the GPU side applies them); the sweep against the float64 GPU oracle. Until the Hopper
-// FP8 kernel exists forward() runs these on the simple reference kernel; the tests hold for both.
+// checks how the GPU side applies them); the sweep against the float64 GPU oracle. forward() runs
+// them on the Hopper FP8 kernel where it takes the problem and on the simple reference kernel
+// otherwise (docs/semantics.md, "FP8"); the tests hold for both.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -45,8 +46,7 @@ CaseSpec fp8_spec(int head_dim, int head_dim_v, DType out_dtype) {
 
 // Head dims x seqlen pairs, the mask, head mode, O's dtype and the descales rotating.
 std::vector<NamedCase> fp8_sweep_cases() {
-  std::vector<NamedCase> all;
-  uint64_t seed = 30000;
+  SeededCases cases(30000);
   int rotation = 0;
   for (const DimsChoice& dims : kDims) {
     for (const auto& [sq, sk] : kSeqlens) {
@@ -57,44 +57,37 @@ std::vector<NamedCase> fp8_sweep_cases() {
       s.seqlen_k = sk;
       const std::string mask_and_heads = rotate_mask_and_heads(rotation++, kMasks, s);
       s.fp8_descales = descales;
-      s.seed = seed++;
-      all.push_back({"e4m3_" + dtype_tag(out) + "_d" + std::to_string(dims.qk) + "x" + std::to_string(dims.v) + "_" +
-                         std::to_string(sq) + "x" + std::to_string(sk) + "_" + mask_and_heads +
-                         (descales ? "" : "_nodescale"),
-                     s});
+      cases.add("e4m3_" + dtype_tag(out) + "_d" + std::to_string(dims.qk) + "x" + std::to_string(dims.v) + "_" +
+                    std::to_string(sq) + "x" + std::to_string(sk) + "_" + mask_and_heads + (descales ? "" : "_nodescale"),
+                s);
     }
   }
-  return all;
+  return cases.take();
 }
 
 // Varlen (with seqused and empty sequences), strided rows, sinks, softcap, a long causal problem.
 std::vector<NamedCase> fp8_special_cases() {
-  std::vector<NamedCase> all;
-  uint64_t seed = 31000;
-  auto add = [&](std::string name, CaseSpec s) {
-    s.seed = seed++;
-    all.push_back({std::move(name), s});
-  };
+  SeededCases cases(31000);
   CaseSpec s = fp8_spec(128, 128, DType::kBFloat16);
   s.heads = 4;
   s.heads_kv = 2;
   s.varlen_seqlens_q = {130, 0, 257, 64, 700};
   s.varlen_seqlens_k = {200, 9, 129, 0, 650};
   s.causal = true;
-  add("e4m3_varlen_causal_gqa", s);
+  cases.add("e4m3_varlen_causal_gqa", s);
   // The Python suite's varlen case (test_gpu_fp8.py), which left NaN in its last sequence on the
   // FP8 kernel: short sequences in one key block each, the last with more queries than keys.
   CaseSpec short_sequences = s;
   short_sequences.varlen_seqlens_q = {30, 0, 77};
   short_sequences.varlen_seqlens_k = {50, 9, 64};
-  add("e4m3_varlen_short_sequences_causal_gqa", short_sequences);
+  cases.add("e4m3_varlen_short_sequences_causal_gqa", short_sequences);
   s.causal = false;
   s.window_left = 60;
   s.window_right = 3;
   s.seqused_q = {100, 0, 0, 64, 511};
   s.seqused_k = {200, 4, 100, 0, 649};
   s.fp8_out_dtype = DType::kFloat16;
-  add("e4m3_varlen_local_seqused_fp16", s);
+  cases.add("e4m3_varlen_local_seqused_fp16", s);
 
   s = fp8_spec(128, 128, DType::kBFloat16);
   s.batch = 3;
@@ -103,7 +96,7 @@ std::vector<NamedCase> fp8_special_cases() {
   s.seqlen_q = 300;
   s.seqlen_k = 517;
   s.row_padding = 48;  // rows 48 elements apart: batch, row and head strides all distinct
-  add("e4m3_strided_batch3_gqa", s);
+  cases.add("e4m3_strided_batch3_gqa", s);
 
   s = fp8_spec(128, 128, DType::kBFloat16);
   s.heads = 8;
@@ -112,24 +105,24 @@ std::vector<NamedCase> fp8_special_cases() {
   s.seqlen_k = 1000;
   s.causal = true;
   for (int h = 0; h < s.heads; ++h) s.sinks.push_back(static_cast<float>((h * 7) % 11) * 0.5f - 2.f);
-  add("e4m3_sinks_causal_more_queries_gqa", s);
+  cases.add("e4m3_sinks_causal_more_queries_gqa", s);
   s.sinks.clear();
   s.softcap = 30.f;
   s.softmax_scale = 0.5f;  // a large scale: the cap matters
-  add("e4m3_softcap30_causal_gqa", s);
+  cases.add("e4m3_softcap30_causal_gqa", s);
 
   s = fp8_spec(128, 128, DType::kBFloat16);
   s.batch = 1;
   s.heads = s.heads_kv = 2;
   s.seqlen_q = s.seqlen_k = 4224;
   s.causal = true;
-  add("e4m3_long_4224_causal", s);
+  cases.add("e4m3_long_4224_causal", s);
   s = fp8_spec(256, 256, DType::kFloat16);
   s.batch = 1;
   s.heads = s.heads_kv = 2;
   s.seqlen_q = s.seqlen_k = 4224;
-  add("e4m3_long_4224_d256_fp16", s);
-  return all;
+  cases.add("e4m3_long_4224_d256_fp16", s);
+  return cases.take();
 }
 
 // forward() of the case into poisoned outputs (with the workspace it asks for).
