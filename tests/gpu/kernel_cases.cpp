@@ -183,8 +183,8 @@ std::vector<NamedCase> special_cases() {
       s.softcap = caps[i++ % 3];
       s.softmax_scale = d == 72 ? 0.5f : kDefaultSoftmaxScale;  // a large scale: the cap matters
       cases.add("softcap" + std::to_string(static_cast<int>(s.softcap)) + "_d" + std::to_string(d) +
-              (causal ? "_causal" : ""),
-          s);
+                    (causal ? "_causal" : ""),
+                s);
     }
   }
   s = CaseSpec{};
@@ -218,8 +218,8 @@ std::vector<NamedCase> special_cases() {
       s.window_left = i % 4 == 3 ? 64 : -1;
       ++i;
       cases.add("hdimv_" + std::to_string(dims.qk) + "x" + std::to_string(dims.v) + (causal ? "_causal" : "") +
-              (s.window_left >= 0 ? "_local" : "") + "_kv" + std::to_string(s.heads_kv),
-          s);
+                    (s.window_left >= 0 ? "_local" : "") + "_kv" + std::to_string(s.heads_kv),
+                s);
     }
   }
   s = CaseSpec{};

@@ -6,9 +6,9 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <iterator>
 #include <ostream>
@@ -102,7 +102,8 @@ Status call_backward(const AttentionCase& c, const Outputs& fwd, const Outputs& 
                      cudaStream_t stream = nullptr);
 
 // Expects `fields` of two runs' outputs to hold bitwise the same values.
-void expect_bitwise_equal(const AttentionCase& c, const Outputs& a, const Outputs& b, std::initializer_list<Field> fields);
+void expect_bitwise_equal(const AttentionCase& c, const Outputs& a, const Outputs& b,
+                          std::initializer_list<Field> fields);
 
 // Whether this build compiled a kernel that runs head_dim (and head_dim_v; 0: head_dim) in dtype
 // with the softcap variant where softcap > 0 (see HOPATTN_HEADDIMS/DTYPES/SOFTCAP); for a case, its own.

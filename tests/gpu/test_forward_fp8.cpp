@@ -58,7 +58,8 @@ std::vector<NamedCase> fp8_sweep_cases() {
       const std::string mask_and_heads = rotate_mask_and_heads(rotation++, kMasks, s);
       s.fp8_descales = descales;
       cases.add("e4m3_" + dtype_tag(out) + "_d" + std::to_string(dims.qk) + "x" + std::to_string(dims.v) + "_" +
-                    std::to_string(sq) + "x" + std::to_string(sk) + "_" + mask_and_heads + (descales ? "" : "_nodescale"),
+                    std::to_string(sq) + "x" + std::to_string(sk) + "_" + mask_and_heads +
+                    (descales ? "" : "_nodescale"),
                 s);
     }
   }
