@@ -6,7 +6,8 @@
 #   tools/try_patches.sh OUT_DIR CUTLASS_INCLUDE_DIR HEADDIMS STEPS "COMPARE_ARGS" NAME=PATCH[+PATCH...]...
 # with HEADDIMS a CMake list ("64;128;256"), STEPS a comma list of build,tests,ab,decode,prefill
 # (decode: bench/compare.py decode of each variant's own tree, with DECODE_ARGS, default --quick;
-# prefill: its chunked_prefill mode, with PREFILL_ARGS, default --quick), and sanitize
+# prefill: its chunked_prefill mode, with PREFILL_ARGS, default --quick; python: the variant's own
+# pytest suite against its library, PYTEST_ARGS narrowing it, default tests/python), and sanitize
 # (compute-sanitizer memcheck, racecheck and synccheck on the GPU tests SANITIZE_FILTER names, for
 # every variant but main; TESTS_TIMEOUT, default 200 s, bounds the suite per variant), e.g.
 #   tools/try_patches.sh out "$CUTLASS" "64;128;256" build,tests,ab \
@@ -62,6 +63,15 @@ if has sanitize; then
         --gtest_filter="${SANITIZE_FILTER:?sanitize needs SANITIZE_FILTER}" > "$log" 2>&1
       echo "$tool $name: exit $? ($(grep -E 'ERROR SUMMARY|^\[  PASSED|^\[  FAILED  \] [0-9]+ tests?' "$log" | tr '\n' ' '))"
     done
+  done
+fi
+if has python; then
+  for name in "${names[@]}"; do
+    log=$out/$name-pytest.log
+    # shellcheck disable=SC2086  # the pytest arguments are meant to split
+    (cd "$root/$name" && HOPATTN_LIBRARY="$PWD/build/src/libhopattn.so" HOPATTN_REQUIRE_LIBRARY=1 PYTHONPATH=python \
+       timeout "${TESTS_TIMEOUT:-200}" python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests/python}) > "$log" 2>&1
+    echo "pytest $name: exit $? ($(tail -1 "$log"))"
   done
 fi
 # One compare.py mode on every variant, each with its own tree's compare.py (a patch may change
