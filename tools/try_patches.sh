@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Dev script for a Hopper machine: main against main + patches (docs/wip/*.patch), in one go.
 # Each variant is the working tree (build folders and .git left out) with its patches applied,
-# built beside the others (bf16 only, the given head dims); then the GPU suite (GTEST_FILTER narrows it) on every variant, and an A/B of
+# built beside the others (the given head dims; DTYPES, a CMake list, default bf16); then the GPU suite (GTEST_FILTER narrows it) on every variant, and an A/B of
 # all of them with tools/ab_compare.sh (hopattn / cuDNN tables per variant). Usage:
 #   tools/try_patches.sh OUT_DIR CUTLASS_INCLUDE_DIR HEADDIMS STEPS "COMPARE_ARGS" NAME=PATCH[+PATCH...]...
 # with HEADDIMS a CMake list ("64;128;256"), STEPS a comma list of build,tests,ab,decode,prefill
@@ -39,7 +39,7 @@ if has build; then
     for p in ${patches//+/ }; do
       git apply --directory="$dir" "$p" || { echo "try_patches: $p does not apply" >&2; exit 1; }
     done
-    (cmake -S "$dir" -B "$dir/build" -DHOPATTN_DTYPES=bf16 -DHOPATTN_HEADDIMS="$dims" \
+    (cmake -S "$dir" -B "$dir/build" -DHOPATTN_DTYPES="${DTYPES:-bf16}" -DHOPATTN_HEADDIMS="$dims" \
        -DCUTLASS_INCLUDE_DIR="$cutlass" > "$out/$name-configure.log" 2>&1 &&
      cmake --build "$dir/build" --parallel "$jobs" > "$out/$name-build.log" 2>&1
      echo "build $name: exit $?") &
