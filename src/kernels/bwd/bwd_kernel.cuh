@@ -32,19 +32,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID
     cute::prefetch_tma_descriptor(params.tma_dout.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
-    smem.kv_full.init(/*arrive_count=*/1);
+    if constexpr (!Traits::kSeparateQdOPipelines) smem.kv_full.init(/*arrive_count=*/1);
   }
-  Pipeline pipeline(smem.pipeline, tma_pipeline_params<Pipeline>(warpgroup, Traits::kStageBytes, Traits::kMmaThreads),
-                    cute::Shape<cute::_1, cute::_1, cute::_1>{});
+  // Q (with LSE) and dO (with D), in one pipeline or two (kSeparateQdOPipelines); with one,
+  // pipeline_do's barriers are not even initialised and nothing uses it.
+  Pipeline pipeline_q(smem.pipeline_q,
+                      tma_pipeline_params<Pipeline>(warpgroup, Traits::kQStageBytes, Traits::kMmaThreads),
+                      cute::Shape<cute::_1, cute::_1, cute::_1>{});
+  Pipeline pipeline_do(smem.pipeline_do,
+                       tma_pipeline_params<Pipeline>(warpgroup, Traits::kDOStageBytes, Traits::kMmaThreads),
+                       cute::Shape<cute::_1, cute::_1, cute::_1>{}, cute::bool_constant<Traits::kSeparateQdOPipelines>{},
+                       cute::true_type{});
   __syncthreads();  // barriers initialised before anyone waits on them
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
-    if (warp == 0) backward_producer<Traits>(params, smem, pipeline, t);
+    if (warp == 0) backward_producer<Traits>(params, smem, pipeline_q, pipeline_do, t);
     if (warp == 1) backward_dq_writer<Traits, kDeterministic>(params, smem, t);
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kMmaRegisters>();
-    backward_mma<Traits, kDeterministic, kScores>(params, smem, pipeline, t);
+    backward_mma<Traits, kDeterministic, kScores>(params, smem, pipeline_q, pipeline_do, t);
   }
 #endif
 }

@@ -64,6 +64,14 @@ struct BackwardKernelTraits {
   // S^T): d64 +1-2%, d128 +2.5-5.5% (d128 spilled with dV under dS^T until dS^T went to shared
   // memory through stmatrix). The stage then goes back after the handoff (backward_mma).
   static constexpr bool kDqBeforeDk = !kSplitQueries;
+  // Where the CTA takes 64 keys, Q (with LSE) and dO (with D) come in pipelines of their own, as in
+  // FlashAttention-3/4: the S^T GEMM waits for Q only, and the first block's stages also carry K
+  // and V. Measured on an H100 for every head dim (docs/perf-log.md, twenty-third session): d256
+  // +2.4-3.5% deterministic and +0-4% default, its loop's spills gone; but d64 -1 to -2.4% and
+  // GQA 64/8 causal 16k -4% at d128 (the loop's second wait and release). With 128 keys one
+  // pipeline carries a block's Q, dO and row statistics, and K and V have a barrier of their own.
+  // As here (twenty-seventh session, H100): d256 +2.3% default, +3.0% deterministic, the rest level.
+  static constexpr bool kSeparateQdOPipelines = kSplitQueries;
   static constexpr int kScoreWarpgroups = kBlockN / 64;                      // along the keys
   static constexpr int kHeadDimSplits = kMmaWarpgroups / kScoreWarpgroups;  // of dK and dV
   static constexpr int kQuerySplits = kHeadDimSplits;                        // of S^T and dP^T
@@ -152,11 +160,16 @@ struct BackwardKernelTraits {
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
 
-  static constexpr uint32_t kKVBytes = kBlockN * (kHeadDim + kHeadDimV) * sizeof(Element);
+  static constexpr uint32_t kKBytes = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kVBytes = kBlockN * kHeadDimV * sizeof(Element);
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kDOBytes = kBlockM * kHeadDimV * sizeof(Element);
   static constexpr uint32_t kRowStatBytes = kBlockM * sizeof(float);
-  static constexpr uint32_t kStageBytes = kQBytes + kDOBytes + 2 * kRowStatBytes;  // Q, dO, LSE, D
+  static constexpr uint32_t kKVBytes = kKBytes + kVBytes;
+  // A stage of each pipeline: Q and LSE, dO and D (the first block's also K, V: bwd_mainloop.cuh);
+  // with one pipeline (kSeparateQdOPipelines false) the Q stage carries all four.
+  static constexpr uint32_t kDOStageBytes = kDOBytes + kRowStatBytes;
+  static constexpr uint32_t kQStageBytes = kQBytes + kRowStatBytes + (kSeparateQdOPipelines ? 0 : kDOStageBytes);
   // The dQ of one query block, as it travels to dq_accum: each MMA warpgroup stages its share in
   // a buffer of its own and hands it to the writer warp on a barrier pair of its own (the writer
   // warp and that warpgroup), so a warpgroup never waits for the other's handoff.
@@ -181,8 +194,9 @@ struct BackwardKernelTraits {
     cute::array_aligned<float, kMmaWarpgroups * kDqFloatsPerWarpgroup, 128> dq;
     cute::array_aligned<float, kStages * kBlockM, 128> lse_log2;
     cute::array_aligned<float, kStages * kBlockM, 128> dpsum;
-    cutlass::arch::ClusterTransactionBarrier kv_full;
-    typename Pipeline::SharedStorage pipeline;
+    cutlass::arch::ClusterTransactionBarrier kv_full;  // K and V, with one pipeline
+    typename Pipeline::SharedStorage pipeline_q;
+    typename Pipeline::SharedStorage pipeline_do;  // with separate pipelines
   };
   static constexpr int kSharedBytes = sizeof(SharedStorage);
   static_assert(kSharedBytes <= kMaxSharedBytesPerCta, "shared storage exceeds what an sm_90 CTA can have");

@@ -66,14 +66,15 @@ CUTE_DEVICE int group_size(const Problem& p) { return p.heads / p.heads_kv; }
 
 template <class Traits>
 CUTE_DEVICE void backward_producer(const BackwardParams<Traits>& params, typename Traits::SharedStorage& smem,
-                                   typename Traits::Pipeline& pipeline, const BackwardTile& t) {
+                                   typename Traits::Pipeline& pipeline_q, typename Traits::Pipeline& pipeline_do,
+                                   const BackwardTile& t) {
   using namespace cute;
   using Smem = BackwardSmemTensors<Traits>;
   using BlockM = typename Traits::BlockM;
   using BlockN = typename Traits::BlockN;
   using HeadDim = typename Traits::HeadDim;
   using HeadDimV = typename Traits::HeadDimV;
-  const bool leader = threadIdx.x == 0;  // the pipeline's leader, which also arms the stage barriers
+  const bool leader = threadIdx.x == 0;  // the pipelines' leader, which also arms the stage barriers
 
   // A CTA that sees no query writes zeros and loads nothing (it must not exit with loads in flight).
   if (t.m_blocks.empty()) return;
@@ -89,20 +90,24 @@ CUTE_DEVICE void backward_producer(const BackwardParams<Traits>& params, typenam
   cute::Tensor sV = Smem::v(smem);
   auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
   auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-  if (leader) {
-    smem.kv_full.arrive_and_expect_tx(Traits::kKVBytes);
-    copy(params.tma_k.with(reinterpret_cast<uint64_t&>(smem.kv_full)), tKgK, tKsK);
-    copy(params.tma_v.with(reinterpret_cast<uint64_t&>(smem.kv_full)), tVgV, tVsV);
+  constexpr bool kSeparate = Traits::kSeparateQdOPipelines;
+  if constexpr (!kSeparate) {  // K and V on a barrier of their own, then every block's stage after the preprocess
+    if (leader) {
+      smem.kv_full.arrive_and_expect_tx(Traits::kKVBytes);
+      copy(params.tma_k.with(reinterpret_cast<uint64_t&>(smem.kv_full)), tKgK, tKsK);
+      copy(params.tma_v.with(reinterpret_cast<uint64_t&>(smem.kv_full)), tVgV, tVsV);
+    }
+    wait_for_previous_kernel();  // the preprocess writes the row statistics
   }
-  wait_for_previous_kernel();  // the preprocess writes the row statistics
 
   cute::Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);
   cute::Tensor mdO = params.tma_dout.get_tma_tensor(params.shape_dout);
   cute::Tensor sQ = Smem::q(smem);
   cute::Tensor sdO = Smem::dout(smem);
   const BackwardWorkspace& ws = params.workspace;
-  auto state = cutlass::make_producer_start_state<typename Traits::Pipeline>();
+  auto state = cutlass::make_producer_start_state<typename Traits::Pipeline>();  // of each pipeline
   const int group = group_size(params.problem);
+  bool first = true;
   for (int g = t.first_head; g < t.end_head; ++g) {
     const int head = t.head_kv * group + g;
     auto query_blocks = [&](auto& m, auto columns) {
@@ -116,16 +121,36 @@ CUTE_DEVICE void backward_producer(const BackwardParams<Traits>& params, typenam
         tma_partition(params.tma_dout, _0{}, Layout<_1>{}, group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
     const long long first_row = ws.row_index(head, t.padded_row);
     for (int m = t.m_blocks.begin; m < t.m_blocks.end; ++m) {
-      pipeline.producer_acquire(state);
+      const int stage = state.index();
+      const long long row = first_row + static_cast<long long>(m) * Traits::kBlockM;
+      // Separate pipelines: the first block's stages also carry K (with Q) and V (with dO), so
+      // that its S^T GEMM waits for K, Q and LSE only. Q, dO, K and V are inputs of the call; the
+      // row statistics come from the preprocess, so only their copies wait for it.
+      pipeline_q.producer_acquire(state);
+      uint64_t* q_full = pipeline_q.producer_get_barrier(state);
       if (leader) {
-        uint64_t* full = pipeline.producer_get_barrier(state);
-        const int stage = state.index();
-        copy(params.tma_q.with(*full), tQgQ(_, m), tQsQ(_, stage));
-        copy(params.tma_dout.with(*full), tdOgdO(_, m), tdOsdO(_, stage));
-        const long long row = first_row + static_cast<long long>(m) * Traits::kBlockM;
-        SM90_BULK_COPY_G2S::copy(ws.lse_log2 + row, full, smem.lse_log2.data() + stage * Traits::kBlockM,
+        if (kSeparate && first) {
+          pipeline_q.producer_expect_transaction(state, Traits::kKBytes);
+          copy(params.tma_k.with(*q_full), tKgK, tKsK);
+        }
+        copy(params.tma_q.with(*q_full), tQgQ(_, m), tQsQ(_, stage));
+      }
+      uint64_t* do_full = q_full;
+      if constexpr (kSeparate) {
+        pipeline_do.producer_acquire(state);
+        do_full = pipeline_do.producer_get_barrier(state);
+        if (leader && first) {
+          pipeline_do.producer_expect_transaction(state, Traits::kVBytes);
+          copy(params.tma_v.with(*do_full), tVgV, tVsV);
+        }
+      }
+      if (leader) copy(params.tma_dout.with(*do_full), tdOgdO(_, m), tdOsdO(_, stage));
+      if (kSeparate && first) wait_for_previous_kernel();  // the preprocess writes the row statistics
+      first = false;
+      if (leader) {
+        SM90_BULK_COPY_G2S::copy(ws.lse_log2 + row, q_full, smem.lse_log2.data() + stage * Traits::kBlockM,
                                  Traits::kRowStatBytes);
-        SM90_BULK_COPY_G2S::copy(ws.dpsum + row, full, smem.dpsum.data() + stage * Traits::kBlockM,
+        SM90_BULK_COPY_G2S::copy(ws.dpsum + row, do_full, smem.dpsum.data() + stage * Traits::kBlockM,
                                  Traits::kRowStatBytes);
       }
       ++state;
@@ -290,7 +315,8 @@ CUTE_DEVICE void add_key_block_slice(const BackwardParams<Traits>& params, const
 // kScores: what happens to a score before the softmax (score_variant.hpp).
 template <class Traits, bool kDeterministic, ScoreVariant kScores>
 CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Traits::SharedStorage& smem,
-                              typename Traits::Pipeline& pipeline, const BackwardTile& t) {
+                              typename Traits::Pipeline& pipeline_q, typename Traits::Pipeline& pipeline_do,
+                              const BackwardTile& t) {
   // The stage goes back after the dQ handoff where dK runs under it (kDqBeforeDk), in both modes:
   // the deterministic kernel once released it before the handoff (waiting for dK first), when
   // its handoffs waited on long key-block chains; the L2-section order and the writer's shorter
@@ -389,13 +415,16 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
         cutlass::arch::NamedBarrier::sync(Traits::kMmaThreads, barrier_id(BwdBarrier::kScoresPublished));
       }
     };
-    typename Traits::PipelineState state;
-    smem.kv_full.wait(0);
+    typename Traits::PipelineState state;  // of each pipeline
+    constexpr bool kSeparate = Traits::kSeparateQdOPipelines;
+    static_assert(kSeparate == kReleaseBeforeHandoff, "separate pipelines release their stages before the dQ handoff");
+    if constexpr (!kSeparate) smem.kv_full.wait(0);
     for (int g = t.first_head; g < t.end_head; ++g) {
       for (int m = t.m_blocks.begin; m < t.m_blocks.end; ++m) {
-        pipeline.consumer_wait(state);
         const int stage = state.index();
+        pipeline_q.consumer_wait(state);  // (separate: the first block's stage carries K too, and V dO's)
         issue_warpgroup_gemm</*kZeroInit=*/true>(mma_sdp, tSrK, tSrQ(_, _, _, stage), tSrS);
+        if constexpr (kSeparate) pipeline_do.consumer_wait(state);
         issue_warpgroup_gemm</*kZeroInit=*/true>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), tdPrdP);
 
         // P^T = exp2(S^T * scale * log2(e) - LSE * log2(e)); padding rows carry LSE = +inf, so P = 0.
@@ -461,9 +490,10 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
         if constexpr (Traits::kDqBeforeDk) {
           warpgroup_wait<1>();  // dV and dQ; dK runs on while dQ goes to shared memory
         } else {
-          // dV and dK; with kReleaseStageBeforeDq the dQ GEMM may still run while the stage goes back.
+          // dV and dK; with kReleaseStageBeforeDq the dQ GEMM may still run while the stages go back.
           warpgroup_wait<Traits::kReleaseStageBeforeDq ? 1 : 0>();
-          pipeline.consumer_release(state);
+          pipeline_do.consumer_release(state);
+          pipeline_q.consumer_release(state);
           if constexpr (Traits::kReleaseStageBeforeDq) warpgroup_wait<0>();  // dQ
         }
 
@@ -484,7 +514,7 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
         cutlass::arch::NamedBarrier::arrive(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqFull0, warpgroup));
         if constexpr (!kReleaseBeforeHandoff) {
           warpgroup_wait<0>();  // dK
-          pipeline.consumer_release(state);
+          pipeline_q.consumer_release(state);
         }
         ++state;
       }
