@@ -167,6 +167,10 @@ typedef struct hopattn_kvcache_args {
   hopattn_tensor sinks;
   /* Added after 0.1.0: softcapping, as in hopattn_forward_args (0: off). */
   float softcap;
+  /* Added after 0.1.0: FP8 caches. With q, k_cache, v_cache (and k_new, v_new) of
+   * HOPATTN_FLOAT8_E4M3, o is bfloat16 and these optional float32 (batch, heads_kv) factors scale
+   * q, the keys and the values as in hopattn_forward_args. data == NULL: 1. */
+  hopattn_tensor q_descale, k_descale, v_descale;
 } hopattn_kvcache_args;
 
 /* Sets every field of the caller's struct to its default and struct_size to `size`, the caller's

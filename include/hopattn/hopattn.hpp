@@ -200,6 +200,9 @@ struct KVCacheArgs {
   PackGqa pack_gqa = PackGqa::kAuto;
   Tensor sinks;  // optional fp32 (H,): attention sinks, as in ForwardArgs
   float softcap = 0.0f;  // as in ForwardArgs
+  // FP8 caches: q, k_cache, v_cache (and k_new, v_new) in float8_e4m3, o bfloat16, with these
+  // optional fp32 (batch, H_kv) descale factors as in ForwardArgs (docs/semantics.md, "FP8").
+  Tensor q_descale, k_descale, v_descale;
 };
 
 struct BackwardArgs {

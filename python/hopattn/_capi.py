@@ -208,6 +208,9 @@ class KVCacheArgs(ctypes.Structure):
         ("pack_gqa", ctypes.c_int32),
         ("sinks", Tensor),
         ("softcap", ctypes.c_float),
+        ("q_descale", Tensor),
+        ("k_descale", Tensor),
+        ("v_descale", Tensor),
     ]
 
 
@@ -236,7 +239,9 @@ def _padded(fmt: str, ctype) -> struct.Struct:
 _FORWARD_FMT = "N" + _TENSOR_FMT * 5 + _COMMON_TAIL_FMT + "2i" + _PAGE_TABLE_FMT + _TENSOR_FMT + "f" + _TENSOR_FMT * 3
 _FORWARD = _padded(_FORWARD_FMT, ForwardArgs)
 _BACKWARD = _padded("N" + _TENSOR_FMT * 9 + _COMMON_TAIL_FMT + "i" + _TENSOR_FMT * 2 + "f", BackwardArgs)
-_KVCACHE = _padded(_KVCACHE_CACHE_FMT + _KVCACHE_APPEND_FMT + _TENSOR_FMT * 2 + "f5i" + _TENSOR_FMT + "f", KVCacheArgs)
+_KVCACHE = _padded(
+    _KVCACHE_CACHE_FMT + _KVCACHE_APPEND_FMT + _TENSOR_FMT * 2 + "f5i" + _TENSOR_FMT + "f" + _TENSOR_FMT * 3, KVCacheArgs
+)
 FORWARD_ARGS_SIZE = ctypes.sizeof(ForwardArgs)
 BACKWARD_ARGS_SIZE = ctypes.sizeof(BackwardArgs)
 KVCACHE_ARGS_SIZE = ctypes.sizeof(KVCacheArgs)
@@ -338,15 +343,16 @@ def pack_kvcache(
     page_table=EMPTY_PAGE_TABLE, cache_batch_idx=EMPTY_INT_ARRAY, cache_leftpad=EMPTY_INT_ARRAY,
     k_new=EMPTY_TENSOR, v_new=EMPTY_TENSOR, cu_seqlens_new=EMPTY_INT_ARRAY, rotary=EMPTY_ROTARY,
     cu_seqlens_q=EMPTY_INT_ARRAY, max_seqlen_q=0, num_splits=0, pack_gqa=PACK_GQA_AUTO, sinks=EMPTY_TENSOR,
-    softcap=0.0,
+    softcap=0.0, q_descale=EMPTY_TENSOR, k_descale=EMPTY_TENSOR, v_descale=EMPTY_TENSOR,
 ) -> bytes:  # fmt: skip
     """hopattn_kvcache_args as bytes: tensors are tensor_fields() tuples, index arrays (ptr, size)
-    pairs, page_table, sinks and softcap as in pack_forward, rotary 23 values (cos and sin
-    tensor_fields(), interleaved, positions ptr, size)."""
+    pairs, page_table, sinks, softcap and the descales as in pack_forward, rotary 23 values (cos
+    and sin tensor_fields(), interleaved, positions ptr, size)."""
     return _KVCACHE.pack(
         KVCACHE_ARGS_SIZE, *q, *k_cache, *v_cache, *page_table, *cache_seqlens, *cache_batch_idx, *cache_leftpad,
         *k_new, *v_new, *cu_seqlens_new, *rotary, *cu_seqlens_q, max_seqlen_q, *o, *lse,
         softmax_scale, causal, window_left, window_right, num_splits, pack_gqa, *sinks, softcap,
+        *q_descale, *k_descale, *v_descale,
     )  # fmt: skip
 
 

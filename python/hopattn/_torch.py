@@ -535,26 +535,33 @@ def forward_kvcache_impl(
     pack_gqa: int,
     sinks: Optional[Tensor] = None,
     softcap: float = 0.0,
+    q_descale: Optional[Tensor] = None,
+    k_descale: Optional[Tensor] = None,
+    v_descale: Optional[Tensor] = None,
     with_lse: bool = True,
 ) -> Tuple[Tensor, Optional[Tensor]]:
     """(out, lse) of one step against a KV cache; k_cache and v_cache are updated in place where
-    k and v are given. with_lse=False skips the LSE (None); sinks and softcap as in forward_impl."""
+    k and v are given. with_lse=False skips the LSE (None); sinks, softcap and the descales (of an
+    FP8 cache, whose out is bfloat16) as in forward_impl."""
     index_arrays = (("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx),
                     ("cache_leftpad", cache_leftpad), ("cu_seqlens_q", cu_seqlens_q),
                     ("cu_seqlens_k_new", cu_seqlens_k_new), ("rotary_seqlens", rotary_seqlens))  # fmt: skip
     _check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, page_table, index_arrays, sinks)
+    _check_descales(q, q_descale, k_descale, v_descale)
     sinks = _sink(sinks)
+    q_descale, k_descale, v_descale = _descale(q_descale), _descale(k_descale), _descale(v_descale)
     code = _DTYPE_CODES[q.dtype]
+    out_dtype = _out_dtype(q, None)  # an FP8 cache's out is bfloat16
     lse = None
     if cu_seqlens_q is not None:
         _check_max_seqlens(max_seqlen_q, 0)
         # As in the varlen forward: rows of no sequence are not written (out = 0, lse = -inf).
-        out = torch.zeros(_out_shape(q, v_cache), dtype=q.dtype, device=q.device)
+        out = torch.zeros(_out_shape(q, v_cache), dtype=out_dtype, device=q.device)
         if with_lse:
             lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
     else:
         max_seqlen_q = 0
-        out = torch.empty(_out_shape(q, v_cache), dtype=q.dtype, device=q.device)
+        out = torch.empty(_out_shape(q, v_cache), dtype=out_dtype, device=q.device)
         if with_lse:
             lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
     # rotary_seqlens goes along without the tables too, so that the library names that mistake.
@@ -564,7 +571,7 @@ def forward_kvcache_impl(
         _fields(q, code),
         _fields(k_cache, code),
         _fields(v_cache, code),
-        _fields(out, code),
+        _fields(out, _DTYPE_CODES[out_dtype]),
         _fields(lse, _capi.FLOAT32) if with_lse else _capi.EMPTY_TENSOR,
         float(softmax_scale),
         int(bool(causal)),
@@ -584,6 +591,9 @@ def forward_kvcache_impl(
         pack_gqa=int(pack_gqa),
         sinks=_sink_fields(sinks),
         softcap=float(softcap),
+        q_descale=_descale_fields(q_descale),
+        k_descale=_descale_fields(k_descale),
+        v_descale=_descale_fields(v_descale),
     )
     with _OnDevice(q.device) as stream:
         workspace_bytes = _capi.forward_kvcache_workspace_size(args)
@@ -724,11 +734,15 @@ def _forward_kvcache_op(
     pack_gqa: int,
     learnable_sink: Optional[Tensor] = None,
     softcap: float = 0.0,
+    q_descale: Optional[Tensor] = None,
+    k_descale: Optional[Tensor] = None,
+    v_descale: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
     return forward_kvcache_impl(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, page_table,
         cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, rotary_seqlens, softmax_scale, causal, window_left,
-        window_right, rotary_interleaved, num_splits, pack_gqa, learnable_sink, softcap,
+        window_right, rotary_interleaved, num_splits, pack_gqa, learnable_sink, softcap, q_descale, k_descale,
+        v_descale,
     )  # fmt: skip
 
 
@@ -736,18 +750,20 @@ def _forward_kvcache_op(
 def _forward_kvcache_fake(
     q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, page_table,
     cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, rotary_seqlens, softmax_scale, causal, window_left, window_right,
-    rotary_interleaved, num_splits, pack_gqa, learnable_sink=None, softcap=0.0,
+    rotary_interleaved, num_splits, pack_gqa, learnable_sink=None, softcap=0.0, q_descale=None, k_descale=None,
+    v_descale=None,
 ):  # fmt: skip
     index_arrays = (("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx),
                     ("cache_leftpad", cache_leftpad), ("cu_seqlens_q", cu_seqlens_q),
                     ("cu_seqlens_k_new", cu_seqlens_k_new), ("rotary_seqlens", rotary_seqlens))  # fmt: skip
     _check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, page_table, index_arrays, learnable_sink)
+    _check_descales(q, q_descale, k_descale, v_descale)
     _softcap(softcap)
     varlen = cu_seqlens_q is not None
     want, dims = (3, "(total_q, heads, head_dim)") if varlen else (4, "(batch, seqlen_q, heads, head_dim)")
     if q.dim() != want:
         raise InvalidArgumentError(f"q.rank is {q.dim()} but must be {want}: {dims}")
-    out = q.new_empty(_out_shape(q, v_cache))
+    out = q.new_empty(_out_shape(q, v_cache), dtype=_out_dtype(q, None))
     if varlen:
         return out, q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
     return out, q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
@@ -1190,6 +1206,9 @@ def attention_with_kvcache(
     return_lse: bool = False,
     learnable_sink: Optional[Tensor] = None,
     softcap: float = 0.0,
+    q_descale: Optional[Tensor] = None,
+    k_descale: Optional[Tensor] = None,
+    v_descale: Optional[Tensor] = None,
 ):
     """One inference step against a KV cache (FlashAttention-3's flash_attn_with_kvcache): the new
     keys and values k, v (if given) are written into the cache at cache_seqlens, in place, rotary
@@ -1230,9 +1249,13 @@ def attention_with_kvcache(
         learnable_sink: optional float32 (heads,) attention sinks, as in attention() (no
             gradient: this call is forward only).
         softcap: score softcapping, as in attention().
+        q_descale, k_descale, v_descale: an FP8 cache's descale factors, as in attention(): q,
+            k_cache and v_cache (and k, v) in torch.float8_e4m3fn, out bfloat16. Not with rotary
+            embedding, softcap or cache_leftpad, and pages must hold a multiple of 128 keys (FP8
+            caches raise NotSupportedError for these).
 
     Returns:
-        out like q but with v_cache's head_dim_v, or (out, lse) with return_lse=True, lse float32
+        out like q but with v_cache's head_dim_v (bfloat16 for an FP8 cache), or (out, lse) with return_lse=True, lse float32
         (batch, heads, seqlen_q), or (heads, total_q) with cu_seqlens_q. A sequence whose indices
         (cache_seqlens, pages, cache_batch_idx, rotary positions) only the device can find invalid
         gets NaN rows.
@@ -1255,9 +1278,10 @@ def attention_with_kvcache(
     args = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
             page_table, cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, rotary_seqlens, _scale(softmax_scale),
             bool(causal), window_left, window_right, bool(rotary_interleaved), int(num_splits),
-            _pack_gqa_code(pack_gqa), learnable_sink, _softcap(softcap))  # fmt: skip
+            _pack_gqa_code(pack_gqa), learnable_sink, _softcap(softcap), q_descale, k_descale, v_descale)  # fmt: skip
     if _use_ops(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
-                page_table, cu_seqlens_q, cu_seqlens_k_new, rotary_seqlens, learnable_sink):  # fmt: skip
+                page_table, cu_seqlens_q, cu_seqlens_k_new, rotary_seqlens, learnable_sink, q_descale, k_descale,
+                v_descale):  # fmt: skip
         out, lse = torch.ops.hopattn.forward_kvcache(*args)
     else:
         out, lse = forward_kvcache_impl(*args, with_lse=return_lse)

@@ -190,9 +190,6 @@ def flash_attn_with_kvcache(
     or (out, softmax_lse) with return_softmax_lse=True. No backward. See
     hopattn.attention_with_kvcache."""
     _reject_unsupported(qv, attention_chunk)
-    if q_descale is not None or k_descale is not None or v_descale is not None:
-        raise NotSupportedError("hopattn: FP8 KV caches (q_descale/k_descale/v_descale) are not supported yet; "
-                                "flash_attn_func and flash_attn_varlen_func take FP8 inputs")
     if scheduler_metadata is not None:
         raise NotSupportedError("hopattn: scheduler_metadata is not supported (only None); hopattn plans the "
                                 "split schedule itself")
@@ -222,4 +219,7 @@ def flash_attn_with_kvcache(
         pack_gqa=pack_gqa,
         return_lse=return_softmax_lse,
         softcap=softcap,
+        q_descale=q_descale,
+        k_descale=k_descale,
+        v_descale=v_descale,
     )

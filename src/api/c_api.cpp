@@ -139,6 +139,9 @@ KVCacheArgs to_kvcache_args(const hopattn_kvcache_args& a) {
   out.pack_gqa = static_cast<PackGqa>(a.pack_gqa);
   out.sinks = to_tensor(a.sinks);
   out.softcap = a.softcap;
+  out.q_descale = to_tensor(a.q_descale);
+  out.k_descale = to_tensor(a.k_descale);
+  out.v_descale = to_tensor(a.v_descale);
   return out;
 }
 

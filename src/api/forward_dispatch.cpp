@@ -66,13 +66,9 @@ bool has_broadcast_input(const Problem& p, const RowTensor& q, const RowTensor& 
 namespace {
 
 // FP8 inputs run the Hopper FP8 kernel where this build has one for the head dims (HOPATTN_FP8)
-// and O is bf16, its only output type so far; else the simple kernel. Varlen problems also take
-// the simple kernel for now: a varlen FP8 call from Python (tests/python/test_gpu_fp8.py, three
-// sequences, causal, the last with more queries than keys) left NaN in some elements of its last
-// sequence on the H200, while the C++ varlen cases passed; until that is understood, the kernel
-// takes fixed-length problems only.
+// and O is bf16, its only output type so far; else the simple kernel.
 bool fp8_takes_kernel(const Problem& problem) {
-  return find_forward_kernel(problem) != nullptr && problem.out_dtype == DType::kBFloat16 && !problem.varlen();
+  return find_forward_kernel(problem) != nullptr && problem.out_dtype == DType::kBFloat16;
 }
 
 }  // namespace
@@ -96,9 +92,7 @@ size_t forward_workspace_bytes(const Problem& problem, const ForwardTensors& ten
 
 Status run_forward(const Problem& problem, const ForwardTensors& tensors, void* workspace, cudaStream_t stream) {
   if (problem.total_q() == 0) return Status();  // nothing to write
-  // The FP8 kernel reads V transposed into the workspace: without one, the simple kernel.
-  const bool fp8_without_workspace = problem.dtype == DType::kFloat8E4M3 && workspace == nullptr;
-  if (takes_simple_path(problem, tensors) || fp8_without_workspace) {
+  if (takes_simple_path(problem, tensors)) {
     return cuda_status(reference_forward(problem, tensors, ReferencePrecision::kFloat32, stream),
                        "forward kernel launch");
   }

@@ -1,12 +1,12 @@
 // The FP8 forward's operand order (fwd_fp8.cuh, fwd_fp8_layout.hpp): V^T's keys within each 32 are
 // the permutation under which every value of P's register A operand is one its thread already
-// holds as the accumulator of S, and the transposed V's sequences start aligned and never overlap.
+// holds as the accumulator of S, and the in-kernel transposition puts V's bytes there.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
-#include <random>
+#include <iterator>
 #include <set>
-#include <vector>
 
 #include "kernels/fwd/fwd_fp8_layout.hpp"
 
@@ -44,29 +44,58 @@ TEST(Fp8Layout, EveryOperandValueIsTheThreadsOwnAccumulatorColumn) {
   }
 }
 
-TEST(Fp8Layout, TransposedSequencesStartAlignedAndDoNotOverlap) {
-  std::mt19937 rng(7);
-  for (int trial = 0; trial < 200; ++trial) {
-    const int batch = 1 + static_cast<int>(rng() % 6);
-    std::vector<int32_t> cu{0};
-    for (int b = 0; b < batch; ++b) cu.push_back(cu.back() + static_cast<int32_t>(rng() % 400));
-    Problem p;
-    p.batch = batch;
-    p.heads = p.heads_kv = 2;
-    p.head_dim = p.head_dim_v = 64;
-    p.keys.cu_seqlens = cu.data();
-    p.keys.total_tokens = cu.back();
-    const long long pitch = Fp8TransposedV::pitch_for(p);
-    EXPECT_EQ(pitch % kFp8KeyAlignment, 0);
-    long long end = 0;  // of the previous sequence's last block
-    for (int b = 0; b < batch; ++b) {
-      const long long first = Fp8TransposedV::first_token(p, b);
-      const int length = cu[b + 1] - cu[b];
-      const long long blocks = (length + kFp8KeyAlignment - 1) / kFp8KeyAlignment;
-      EXPECT_EQ(first % kFp8KeyAlignment, 0) << "sequence " << b;
-      EXPECT_GE(first, end) << "sequence " << b;
-      end = first + std::max<long long>(blocks, 1) * kFp8KeyAlignment;  // its first block is always written
-      EXPECT_LE(end, pitch) << "sequence " << b;
+TEST(Fp8Layout, BytePermuteTakesTheSelectedBytes) {
+  const uint32_t a = 0x33221100u, b = 0x77665544u;
+  EXPECT_EQ(byte_permute(a, b, 0x6420u), 0x66442200u);
+  EXPECT_EQ(byte_permute(a, b, 0x7531u), 0x77553311u);
+  EXPECT_EQ(byte_permute(a, b, 0x3210u), a);
+  EXPECT_EQ(byte_permute(a, b, 0x7654u), b);
+}
+
+// One transposition step (Fp8VTransposeStep) on a model of the two instructions, as PTX defines
+// them: ldmatrix.x4.trans hands thread t, of matrix m (rows addressed by lanes 8m..8m+7), the
+// 16-bit elements (row 2 (t % 4), column t / 4) and (row 2 (t % 4) + 1, column t / 4), the first in
+// the low half; stmatrix.x4 writes thread t's word i to row t / 4, 16-bit columns 2 (t % 4) and
+// 2 (t % 4) + 1 of matrix i (rows addressed by lanes 8i..8i+7). Every V^T byte of the step's 16
+// columns x 32 positions must be written once, with V's byte of its column and of the key that
+// fp8_key_order puts at its position: checked with V's bytes set to their key, then to their column.
+TEST(Fp8Layout, TransposeStepWritesVtInKeyOrder) {
+  using Step = Fp8VTransposeStep;
+  for (int pass = 0; pass < 2; ++pass) {
+    uint8_t v[32][16];  // (key, column)
+    for (int k = 0; k < 32; ++k) {
+      for (int d = 0; d < 16; ++d) v[k][d] = static_cast<uint8_t>(pass == 0 ? k : d);
+    }
+    int vt[16][32];  // (column, position); -1: not written
+    for (auto& row : vt) std::fill(std::begin(row), std::end(row), -1);
+    uint32_t words[32][4];  // each thread's stmatrix words
+    for (int t = 0; t < 32; ++t) {
+      uint32_t in[4];
+      for (int m = 0; m < 4; ++m) {
+        const int j = t % 4, c = t / 4;
+        const uint8_t* even = v[Step::source_key(8 * m + 2 * j)];  // the rows lanes 8m + 2j, 8m + 2j + 1 address
+        const uint8_t* odd = v[Step::source_key(8 * m + 2 * j + 1)];
+        in[m] = uint32_t(even[2 * c]) | uint32_t(even[2 * c + 1]) << 8 | uint32_t(odd[2 * c]) << 16 |
+                uint32_t(odd[2 * c + 1]) << 24;
+      }
+      for (int i = 0; i < 4; ++i) words[t][i] = byte_permute(in[i / 2 * 2], in[i / 2 * 2 + 1], Step::selector(i));
+    }
+    for (int i = 0; i < 4; ++i) {
+      for (int t = 0; t < 32; ++t) {
+        const int lane = 8 * i + t / 4;  // the lane that addresses the row thread t's word goes to
+        const int column = Step::target_column(lane);
+        for (int b = 0; b < 4; ++b) {
+          const int position = Step::target_position(lane) + 4 * (t % 4) + b;
+          ASSERT_EQ(vt[column][position], -1) << "written twice: column " << column << " position " << position;
+          vt[column][position] = static_cast<int>(words[t][i] >> (8 * b) & 0xffu);
+        }
+      }
+    }
+    for (int d = 0; d < 16; ++d) {
+      for (int p = 0; p < 32; ++p) {
+        const int expected = pass == 0 ? fp8_key_order(p) : d;
+        EXPECT_EQ(vt[d][p], expected) << (pass == 0 ? "key" : "column") << " at column " << d << " position " << p;
+      }
     }
   }
 }

@@ -2,8 +2,9 @@
 // accepts (fixed-length and varlen, GQA, masks, sinks, softcap, descales broadcast over the batch)
 // and how it resolves it (O's dtype, the descale views), and every rule it enforces, each with a
 // message naming the argument and the rule: no mixed input dtypes, a 16-bit O, descales only with
-// FP8 and of fp32 (batch, heads_kv), head dims multiples of 16, strides of 16 bytes; no backward,
-// no KV-cache call and no page table (kNotSupported).
+// FP8 and of fp32 (batch, heads_kv), head dims multiples of 16, strides of 16 bytes; no backward
+// and no page table in forward() (kNotSupported). The KV-cache call takes FP8 caches, naming what
+// they do not take yet.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -235,15 +236,76 @@ TEST(Fp8Validation, BackwardIsNotSupported) {
   expect_not_supported(validate_backward(b, &p, &t), fragment);
 }
 
-TEST(Fp8Validation, KVCacheCallAndPageTableAreNotSupportedYet) {
-  const std::string kvcache = "the KV-cache call takes no float8_e4m3 tensors yet";
+// An FP8 KV cache: q, k_cache and v_cache (and k_new, v_new) in e4m3, o bfloat16, descales
+// (batch, heads_kv) as forward() takes them.
+KVCacheArgs fp8_kvcache() {
+  KVCacheArgs kv = valid_kvcache();
+  kv.q.dtype = kv.k_cache.dtype = kv.v_cache.dtype = kFp8;
+  return kv;
+}
+
+TEST(Fp8Validation, KVCacheCallTakesFp8Caches) {
+  KVCacheArgs kv = fp8_kvcache();
+  kv.q_descale = make_tensor(fake(30), DType::kFloat32, {kBatch, kHeadsKv});
+  kv.v_descale = make_tensor(fake(31), DType::kFloat32, {kBatch, kHeadsKv});
+  KVCacheCall call;
+  ASSERT_TRUE(validate_kvcache(kv, &call).ok()) << validate_kvcache(kv, &call).message();
+  EXPECT_EQ(call.problem.dtype, kFp8);
+  EXPECT_EQ(call.problem.out_dtype, DType::kBFloat16);
+  EXPECT_EQ(call.tensors.q_descale.data, fake(30));
+  EXPECT_EQ(call.tensors.k_descale.data, nullptr);
+  EXPECT_EQ(call.tensors.v_descale.data, fake(31));
+  // Appended FP8 keys and values, and pages of whole 128-key blocks.
+  kv.k_new = make_tensor(fake(32), kFp8, {kBatch, 3, kHeadsKv, kDim});
+  kv.v_new = make_tensor(fake(33), kFp8, {kBatch, 3, kHeadsKv, kDim});
+  kv.k_cache = make_tensor(fake(2), kFp8, {8, 256, kHeadsKv, kDim});
+  kv.v_cache = make_tensor(fake(3), kFp8, {8, 256, kHeadsKv, kDim});
+  kv.page_table = PageTable{static_cast<const int32_t*>(fake(7)), kBatch, 4, 0};
+  EXPECT_TRUE(validate_kvcache(kv, &call).ok()) << validate_kvcache(kv, &call).message();
+  EXPECT_EQ(call.append.dtype, kFp8);
+}
+
+TEST(Fp8Validation, KVCacheCallNamesWhatFp8CachesDoNotTakeYet) {
+  KVCacheCall call;
+  auto expect = [&](const std::function<void(KVCacheArgs&)>& mutate, StatusCode code, const std::string& fragment) {
+    KVCacheArgs kv = fp8_kvcache();
+    mutate(kv);
+    const Status s = validate_kvcache(kv, &call);
+    EXPECT_EQ(s.code(), code) << s.message();
+    EXPECT_NE(s.message().find(fragment), std::string::npos) << "message: " << s.message() << "\nexpected: " << fragment;
+  };
+  expect([](KVCacheArgs& kv) { kv.k_cache.dtype = DType::kBFloat16; }, StatusCode::kInvalidArgument, "k_cache.dtype");
+  expect([](KVCacheArgs& kv) { kv.o.dtype = DType::kFloat16; }, StatusCode::kNotSupported,
+         "o.dtype float16 with a float8_e4m3 cache is not supported yet");
+  expect([](KVCacheArgs& kv) { kv.o.dtype = kFp8; }, StatusCode::kInvalidArgument, "o.dtype is float8_e4m3");
+  expect([](KVCacheArgs& kv) { kv.softcap = 30.f; }, StatusCode::kNotSupported, "softcap with a float8_e4m3 cache");
+  expect([](KVCacheArgs& kv) { kv.cache_leftpad = fake_ints(34, kBatch); }, StatusCode::kNotSupported,
+         "cache_leftpad with a float8_e4m3 cache");
+  expect(
+      [](KVCacheArgs& kv) {
+        kv.k_cache = make_tensor(fake(2), kFp8, {64, 16, kHeadsKv, kDim});
+        kv.v_cache = make_tensor(fake(3), kFp8, {64, 16, kHeadsKv, kDim});
+        kv.page_table = PageTable{static_cast<const int32_t*>(fake(7)), kBatch, 16, 0};
+      },
+      StatusCode::kNotSupported, "page_size 16 with a float8_e4m3 cache is not supported yet");
+  expect(
+      [](KVCacheArgs& kv) {
+        kv.k_new = make_tensor(fake(32), kFp8, {kBatch, 1, kHeadsKv, kDim});
+        kv.v_new = make_tensor(fake(33), kFp8, {kBatch, 1, kHeadsKv, kDim});
+        kv.rotary.cos = make_tensor(fake(35), kFp8, {1024, 32});
+        kv.rotary.sin = make_tensor(fake(36), kFp8, {1024, 32});
+      },
+      StatusCode::kNotSupported, "rotary embedding with a float8_e4m3 cache");
+  expect([](KVCacheArgs& kv) { kv.k_descale = make_tensor(fake(30), DType::kFloat32, {kHeadsKv}); },
+         StatusCode::kInvalidArgument, "k_descale");
+  // Descales belong to FP8 caches only.
+  KVCacheArgs bf16 = valid_kvcache();
+  bf16.k_descale = make_tensor(fake(30), DType::kFloat32, {kBatch, kHeadsKv});
+  expect_invalid(validate_kvcache(bf16, &call), "k_descale is given but q.dtype is bfloat16");
+}
+
+TEST(Fp8Validation, PagedForwardIsNotSupportedYet) {
   size_t bytes = 0;
-  for (int which = 0; which < 3; ++which) {
-    KVCacheArgs kv = valid_kvcache();
-    (which == 0 ? kv.q : which == 1 ? kv.k_cache : kv.v_cache).dtype = kFp8;
-    expect_not_supported(forward_kvcache(kv, Workspace{fake(20), size_t{1} << 30}, nullptr), kvcache);
-    expect_not_supported(forward_kvcache_workspace_size(kv, &bytes), kvcache);
-  }
   ForwardArgs a = valid_paged_forward();
   a.q.dtype = a.k.dtype = a.v.dtype = kFp8;
   expect_not_supported(forward(a, nullptr), "float8_e4m3 inputs with page_table are not supported yet");

@@ -76,8 +76,8 @@ std::vector<NamedCase> fp8_special_cases() {
   s.varlen_seqlens_k = {200, 9, 129, 0, 650};
   s.causal = true;
   cases.add("e4m3_varlen_causal_gqa", s);
-  // The Python suite's varlen case (test_gpu_fp8.py), which left NaN in its last sequence on the
-  // FP8 kernel: short sequences in one key block each, the last with more queries than keys.
+  // The Python suite's varlen case (test_gpu_fp8.py): short sequences in one key block each, the
+  // last with more queries than keys (it once left NaN there, when V^T came from the workspace).
   CaseSpec short_sequences = s;
   short_sequences.varlen_seqlens_q = {30, 0, 77};
   short_sequences.varlen_seqlens_k = {50, 9, 64};
@@ -112,6 +112,20 @@ std::vector<NamedCase> fp8_special_cases() {
   s.softmax_scale = 0.5f;  // a large scale: the cap matters
   cases.add("e4m3_softcap30_causal_gqa", s);
 
+  // Decode shapes: the plan packs the GQA group's heads into one tile (the packed FP8 kernel).
+  s = fp8_spec(128, 128, DType::kBFloat16);
+  s.batch = 2;
+  s.heads = 8;
+  s.heads_kv = 2;
+  s.seqlen_q = 1;
+  s.seqlen_k = 1500;
+  s.causal = true;
+  cases.add("e4m3_decode_gqa_packed", s);
+  s.seqlen_q = 4;
+  s.heads_kv = 1;
+  s.seqlen_k = 300;
+  cases.add("e4m3_decode4_mqa_packed", s);
+
   s = fp8_spec(128, 128, DType::kBFloat16);
   s.batch = 1;
   s.heads = s.heads_kv = 2;
@@ -140,6 +154,16 @@ TEST_P(ForwardFp8Sweep, MatchesFloat64Oracle) {
   const AttentionCase c(GetParam().spec);
   const Outputs out = run_forward(c);
   if (HasFailure()) return;
+  for (const ErrorReport& r : check_with_gpu_oracle(c, out, nullptr).forward) expect_ok(r);
+}
+// The FP8 kernel needs no workspace (V is transposed in shared memory): without one it runs too,
+// on the plan the bf16 forward has without one.
+TEST_P(ForwardFp8Sweep, WithoutWorkspaceMatchesFloat64Oracle) {
+  const AttentionCase c(GetParam().spec);
+  Outputs out = c.new_outputs();
+  const Status s = call_forward(c, out, /*with_workspace=*/false);
+  ASSERT_TRUE(s.ok()) << s.message();
+  check_cuda(cudaDeviceSynchronize(), "forward");
   for (const ErrorReport& r : check_with_gpu_oracle(c, out, nullptr).forward) expect_ok(r);
 }
 INSTANTIATE_TEST_SUITE_P(Sweep, ForwardFp8Sweep, ::testing::ValuesIn(fp8_sweep_cases()),
@@ -200,8 +224,8 @@ TEST_F(ForwardFp8, VDescaleScalesTheOutput) {
   DeviceBuffer twos(size_t(s.batch) * s.heads_kv * sizeof(float));
   const std::vector<float> factors(size_t(s.batch) * s.heads_kv, 2.0f);
   twos.upload(factors.data(), twos.bytes());
-  // Both calls with the workspace they ask for (the FP8 kernel's path): one without would run the
-  // simple kernel, and a split tail sums its pieces in another order than the tail-free call.
+  // Both calls with the workspace they ask for: a split tail sums its pieces in another order than
+  // the tail-free call.
   auto run = [&](const Outputs& out, bool with_descale) {
     ForwardArgs args = c.forward_args(out);
     if (with_descale) args.v_descale = make_tensor(twos.data(), DType::kFloat32, {s.batch, s.heads_kv});
@@ -220,8 +244,9 @@ TEST_F(ForwardFp8, VDescaleScalesTheOutput) {
   expect_bitwise_equal(c, plain, doubled, {Field::kLse});
 }
 
-// FP8 has a forward only; the KV-cache call takes no FP8 yet. Both say so before touching the GPU.
-TEST_F(ForwardFp8, BackwardAndKVCacheCallAreNotSupported) {
+// FP8 has a forward only: the backward says so before touching the GPU. (FP8 KV caches are
+// tested from Python, tests/python/test_gpu_fp8.py, against the float64 reference.)
+TEST_F(ForwardFp8, BackwardIsNotSupported) {
   const AttentionCase c(fp8_spec(128, 128, DType::kBFloat16));
   const Outputs out = c.new_outputs();
   ForwardArgs f = c.forward_args(out);
@@ -232,12 +257,6 @@ TEST_F(ForwardFp8, BackwardAndKVCacheCallAreNotSupported) {
   size_t bytes = 0;
   EXPECT_EQ(backward_workspace_size(b, &bytes).code(), StatusCode::kNotSupported);
   EXPECT_EQ(backward(b, Workspace{}, nullptr).code(), StatusCode::kNotSupported);
-  KVCacheArgs kv;
-  kv.q = f.q;
-  kv.k_cache = f.k;
-  kv.v_cache = f.v;
-  kv.o = f.o;
-  EXPECT_EQ(forward_kvcache(kv, Workspace{}, nullptr).code(), StatusCode::kNotSupported);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 bfloat16 or float16, against the float64 attention of the dequantized inputs, with FA3's rule whose
 bound is the naive FP8 computation (docs/semantics.md, "FP8": S in out's dtype, P rounded to
 e4m3, out in its dtype); fixed-length and varlen, GQA, masks, sinks, softcap, a head dim of V's own,
-the FlashAttention-3 drop-ins; the backward's error. Every test skips, saying why, without an sm_90
+the FlashAttention-3 drop-ins, KV caches in FP8 (contiguous and paged, appends, key splits); the
+backward's error. Every test skips, saying why, without an sm_90
 GPU."""
 
 import math
@@ -141,3 +142,105 @@ def test_fp8_backward_raises():
     out = hopattn.attention(q, k, v)
     with pytest.raises(NotImplementedError, match="has a forward only"):
         out.float().sum().backward()
+
+
+KVCACHE_CASES = {
+    # name: (seqlen_q, seqlen_new, page_size (0: contiguous), num_splits)
+    "decode_contiguous": (1, 0, 0, 0),
+    "decode_append_paged_split": (1, 1, 256, 4),
+    "speculative_append_contiguous": (4, 4, 0, 0),
+    "speculative_paged": (4, 0, 128, 2),
+}
+
+
+@pytest.mark.parametrize("case", KVCACHE_CASES)
+def test_fp8_kvcache_matches_the_float64_reference(case):
+    """An FP8 KV cache (FlashAttention-3's flash_attn_with_kvcache with descales): per sequence, the
+    cache's keys before the call plus the appended ones, GQA, causal (bottom-right: every query
+    sees the whole cache); the appended entries bitwise."""
+    seqlen_q, seqlen_new, page_size, num_splits = KVCACHE_CASES[case]
+    batch, heads, heads_kv, d, capacity = 3, 8, 2, 128, 1024
+    generator = torch.Generator(device=DEVICE).manual_seed(len(case))
+
+    def randn(*shape):
+        return torch.randn(*shape, device=DEVICE, generator=generator).to(FP8)
+
+    lengths = torch.tensor([700, 0, 1000 - seqlen_new], dtype=torch.int32, device=DEVICE)
+    q = randn(batch, seqlen_q, heads, d)
+    k_rows, v_rows = randn(batch, capacity, heads_kv, d), randn(batch, capacity, heads_kv, d)
+    k_new = randn(batch, seqlen_new, heads_kv, d) if seqlen_new else None
+    v_new = randn(batch, seqlen_new, heads_kv, d) if seqlen_new else None
+    scales = [torch.exp2(torch.rand(batch, heads_kv, device=DEVICE, generator=generator) * 4 - 2) for _ in range(3)]
+    if page_size:  # the rows' pages, shuffled over a pool
+        pages_per_row = capacity // page_size
+        table = torch.randperm(batch * pages_per_row, device=DEVICE, generator=generator).to(torch.int32)
+        table = table.view(batch, pages_per_row)
+        k_cache = torch.empty(batch * pages_per_row, page_size, heads_kv, d, device=DEVICE, dtype=FP8)
+        v_cache = torch.empty_like(k_cache)
+        for cache, rows in ((k_cache, k_rows), (v_cache, v_rows)):  # as bytes: e4m3 has no index_put
+            cache.view(torch.uint8)[table.long().flatten()] = rows.view(torch.uint8).view(-1, page_size, heads_kv, d)
+    else:
+        table, k_cache, v_cache = None, k_rows.clone(), v_rows.clone()
+    out = hopattn.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=lengths, page_table=table,
+                                          causal=True, num_splits=num_splits, q_descale=scales[0],
+                                          k_descale=scales[1], v_descale=scales[2])  # fmt: skip
+    assert out.dtype == BF16 and out.shape == q.shape
+
+    def row(cache, b):  # sequence b's cache row after the call
+        if table is None:
+            return cache[b]
+        return cache.view(torch.uint8)[table[b].long()].reshape(capacity, heads_kv, d).view(FP8)
+
+    for b in range(batch):
+        end = int(lengths[b]) + seqlen_new
+        keys, values = row(k_cache, b)[:end], row(v_cache, b)[:end]
+        if seqlen_new:
+            assert torch.equal(keys[-seqlen_new:].view(torch.uint8), k_new[b].view(torch.uint8)), f"k_new[{b}]"
+            assert torch.equal(values[-seqlen_new:].view(torch.uint8), v_new[b].view(torch.uint8)), f"v_new[{b}]"
+        if end == 0:
+            assert torch.equal(out[b], torch.zeros_like(out[b])), f"out[{b}]: no keys"
+            continue
+        sequence = (q[b : b + 1], keys[None], values[None])
+        own = [s[b : b + 1] for s in scales]
+        exact = fp8_reference(*sequence, own, BF16, causal=True)
+        naive = fp8_reference(*sequence, own, BF16, causal=True, naive=True)
+        check(f"out[{b}]", out[b : b + 1], exact[0], naive[0], BF16)
+
+
+@pytest.mark.parametrize("pack_gqa", [True, False])
+@pytest.mark.parametrize("page_size", [256, 128])
+def test_fp8_paged_decode_in_16_splits_repeats_bitwise(pack_gqa, page_size):
+    """One query row against 32k paged keys in 16 key splits, 50 calls: the shape that hung on an
+    H100 while the transposers' end marker was one flag for the whole v_rows ring (they could read
+    it before the last V block's copy had landed and leave without that block). Every call gives
+    the same bytes, and the first one the float64 reference's result."""
+    heads, heads_kv, d, keys = 32, 8, 128, 32768
+    generator = torch.Generator(device=DEVICE).manual_seed(page_size + pack_gqa)
+
+    def randn(*shape):
+        return torch.randn(*shape, device=DEVICE, generator=generator).to(FP8)
+
+    pages = keys // page_size
+    q, k_cache, v_cache = randn(1, 1, heads, d), randn(pages, page_size, heads_kv, d), randn(pages, page_size, heads_kv, d)
+    table = torch.randperm(pages, device=DEVICE, generator=generator).to(torch.int32).view(1, pages)
+    lengths = torch.full((1,), keys, dtype=torch.int32, device=DEVICE)
+    ones = torch.ones(1, heads_kv, device=DEVICE)
+
+    def call():
+        return hopattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths, page_table=table, causal=True,
+                                              num_splits=16, pack_gqa=pack_gqa, q_descale=ones, k_descale=ones,
+                                              v_descale=ones)  # fmt: skip
+
+    first = call()
+    for i in range(49):
+        assert torch.equal(call(), first), f"call {i + 1} differs from the first"
+    order = table[0].long()  # gathered as bytes: e4m3 has no indexing kernels
+
+    def in_order(cache):
+        return cache.view(torch.uint8)[order].reshape(1, keys, heads_kv, d).view(FP8)
+
+    sequence = (q, in_order(k_cache), in_order(v_cache))
+    scales = [ones] * 3
+    exact = fp8_reference(*sequence, scales, BF16, causal=True)
+    naive = fp8_reference(*sequence, scales, BF16, causal=True, naive=True)
+    check("out", first, exact[0], naive[0], BF16)

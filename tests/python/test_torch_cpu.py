@@ -319,8 +319,8 @@ def test_fp8_argument_errors_before_the_library():
         hopattn.attention(q, q, q, q_descale=torch.empty(8, device="meta"))
     with pytest.raises(TypeError, match="k.dtype is torch.bfloat16 but must be torch.float8_e4m3fn"):
         hopattn.attention(q, x, q)
-    with pytest.raises(NotImplementedError, match="FP8 KV caches"):
-        hopattn.flash_attn_with_kvcache(q, q, q, cache_seqlens=3, k_descale=descale(2, 4))
+    with pytest.raises(ValueError, match="k_descale is given but q.dtype is torch.bfloat16"):
+        hopattn.flash_attn_with_kvcache(x, x, x, cache_seqlens=3, k_descale=descale(2, 4))
 
 
 def test_fp8_backward_raises_a_clear_error():
@@ -345,6 +345,13 @@ def test_fp8_compiles_and_passes_opcheck_on_fake_tensors():
     assert out.shape == (2, 64, 8, 64) and out.dtype == torch.float16
     args = (q, k, k, 0.0, True, -1, -1, False, 0, -1, None, 0.0, descale(2, 2), None, descale(2, 2), torch.float16)
     torch.library.opcheck(torch.ops.hopattn.forward.default, args, test_utils=("test_schema", "test_faketensor"))
+    # An FP8 KV cache: out is bfloat16.
+    cache = meta(2, 256, 2, 64, dtype=FP8)
+    args = (q[:, :1], cache, cache, None, None, None, None, ints(2), None, None, None, None, None, 0, None, 0.0, True,
+            -1, -1, True, 0, -1, None, 0.0, descale(2, 2), None, descale(2, 2))  # fmt: skip
+    out, lse = torch.ops.hopattn.forward_kvcache(*args)
+    assert out.shape == (2, 1, 8, 64) and out.dtype == torch.bfloat16
+    torch.library.opcheck(torch.ops.hopattn.forward_kvcache.default, args, test_utils=("test_schema", "test_faketensor"))
 
 
 def test_fp8_reaches_the_library(cpu_memory_as_device):
@@ -360,8 +367,12 @@ def test_fp8_reaches_the_library(cpu_memory_as_device):
     q40 = torch.randn(2, 32, 4, 40).to(FP8)
     with pytest.raises(ValueError, match=r"head_dim \(q.shape\[3\]\) is 40 but must be a multiple of 16"):
         hopattn.attention(q40, q40, q40)
-    with pytest.raises(NotImplementedError, match="takes no float8_e4m3 tensors yet"):
-        hopattn.attention_with_kvcache(q, k, k, cache_seqlens=torch.full((2,), 32, dtype=torch.int32))
+    # FP8 KV caches reach the library too, descales and all; what they do not take yet it names.
+    seqlens = torch.full((2,), 32, dtype=torch.int32)
+    with pytest.raises(hopattn.DeviceUnavailableError):
+        hopattn.attention_with_kvcache(q, k, k, cache_seqlens=seqlens, k_descale=scale)
+    with pytest.raises(NotImplementedError, match="softcap with a float8_e4m3 cache is not supported yet"):
+        hopattn.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens, softcap=30.0)
 
 
 # --- KV cache (attention_with_kvcache, flash_attn_with_kvcache) and paged varlen ------------------
@@ -399,8 +410,7 @@ def test_kvcache_argument_errors_before_the_library():
 
 def test_kvcache_features_hopattn_lacks_are_not_implemented():
     q, cache = meta(2, 1, 8, 64), meta(2, 256, 2, 64)
-    for option in (dict(qv=q), dict(k_descale=torch.ones(1)), dict(attention_chunk=128),
-                   dict(scheduler_metadata=ints(8))):  # fmt: skip
+    for option in (dict(qv=q), dict(attention_chunk=128), dict(scheduler_metadata=ints(8))):
         with pytest.raises(NotImplementedError):
             hopattn.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=3, **option)
 
@@ -768,12 +778,13 @@ def test_eager_autograd_passes_softcap_to_the_backward(monkeypatch):
 
 
 def test_ops_with_softcap_pass_torch_library_opcheck_on_fake_tensors():
-    """Each operator takes softcap last (the forward operators then their FP8 arguments), with a
-    default of 0.0 (callers of the older schemas are unaffected: the other opcheck tests call them
-    without it)."""
+    """Each operator takes softcap last (the forward operators then their FP8 arguments: out_dtype
+    and the descales, the KV-cache one its descales), with a default of 0.0 (callers of the older
+    schemas are unaffected: the other opcheck tests call them without it)."""
     for name in ("forward", "forward_varlen", "forward_kvcache", "backward", "backward_varlen"):
         arguments = getattr(torch.ops.hopattn, name).default._schema.arguments
-        fp8 = hop_torch._FP8_ARGUMENTS if name in ("forward", "forward_varlen") else 0
+        fp8 = {"forward": hop_torch._FP8_ARGUMENTS, "forward_varlen": hop_torch._FP8_ARGUMENTS,
+               "forward_kvcache": 3}.get(name, 0)  # fmt: skip
         softcap = arguments[-1 - fp8]
         assert (softcap.name, str(softcap.type), softcap.default_value) == ("softcap", "float", 0.0), name
     q, k, cu, s = meta(2, 64, 4, 64), meta(2, 64, 2, 64), ints(3), sink(4)

@@ -63,6 +63,10 @@ struct KeyCache {
   }
 };
 
+// The FP8 forward's key block (ForwardFp8TileConfig, every head dim): it loads a paged FP8 cache
+// one TMA copy a block, so the pages must hold whole blocks (validate.cpp).
+inline constexpr int kFp8KeyBlock = 128;
+
 struct Problem {
   DType dtype = DType::kBFloat16;  // Q and K's and V's
   // O's: dtype for fp16/bf16 inputs; for FP8 inputs (which have no FP8 output) the caller's o,

@@ -8,15 +8,15 @@
 // k = 4q + i + 16h holds key fp8_key_order(k) = 2q + i % 2 + 8 (i / 2 + 2h), which is a column the
 // thread holds. Both V^T and P are then permuted alike, and their product sums the same pairs.
 //
-// V^T is written before the forward into the workspace (transpose_v_for_fp8), zero past each
-// sequence's keys (a zero P times a NaN there would be NaN), each sequence's keys starting at a
-// multiple of 128 so that every key block starts at a multiple of 32:
-//   fixed length: (batch, heads_kv, head_dim_v, pitch), pitch = seqlen_k rounded up to 128;
-//   varlen: (1, heads_kv, head_dim_v, pitch), sequence b from (cu_seqlens_k[b] + 128 b) / 128 * 128,
-//   pitch = total_k + 128 batch rounded up to 128.
+// V arrives by TMA as it sits in memory (head dim contiguous) in a ring of its own (v_rows), and
+// two warps of the producer warpgroup, idle otherwise, transpose each block into the V^T stage the
+// consumers read (fp8_v_transposer), keys in fp8_key_order: no pass over V before the forward and
+// no workspace, which a decode step over an FP8 cache could not afford (V read three times).
 #pragma once
 
 #include <cute/tensor.hpp>
+
+#include <type_traits>
 
 #include "kernels/common/problem.hpp"
 #include "kernels/fwd/fwd_fp8_layout.hpp"
@@ -51,45 +51,64 @@ CUTE_DEVICE void convert_p_to_fp8_operand(Acc const& acc, OperandA& a) {
   }
 }
 
-inline constexpr int kTransposeThreads = 128;
+inline constexpr int kFp8TransposerWarps = 2;  // warps 2 and 3 of the producer warpgroup
+inline constexpr int kFp8TransposerThreads = kFp8TransposerWarps * cutlass::NumThreadsPerWarp;
 
-// One CTA per (block of 128 keys, KV head, sequence): the block's rows of V through shared memory
-// into V^T's rows of head_dim_v (kHeadDimV at most), keys in fp8_key_order per 32, zeros past the
-// sequence's keys.
-template <int kHeadDimV>
-__global__ void __launch_bounds__(kTransposeThreads)
-    transpose_v_for_fp8_kernel(const Problem problem, const RowTensor v, uint8_t* vt) {
-  constexpr int kKeys = kFp8KeyAlignment;
-  __shared__ alignas(16) uint8_t tile[kKeys][kHeadDimV + 16];
-  const int block = blockIdx.x, head_kv = blockIdx.y, batch = blockIdx.z;
-  const Sequence seq = problem.keys.sequence(batch);
-  if (block * kKeys >= seq.length && block > 0) return;  // past this sequence (its first block writes zeros)
-  const int columns = problem.head_dim_v;  // a multiple of 16 (validate.cpp)
-  const int keys = min(kKeys, max(0, seq.length - block * kKeys));
-  const long long batch_index = problem.keys.varlen() ? 0 : batch;
-  for (int i = threadIdx.x; i < kKeys * (columns / 16); i += kTransposeThreads) {
-    const int key = i / (columns / 16), chunk = i % (columns / 16);
-    uint4 value = make_uint4(0, 0, 0, 0);
-    if (key < keys) {
-      value = *reinterpret_cast<const uint4*>(
-          v.at<const uint8_t>(batch_index, seq.offset + static_cast<long long>(block) * kKeys + key, head_kv) +
-          16 * chunk);
-    }
-    *reinterpret_cast<uint4*>(&tile[key][16 * chunk]) = value;
-  }
-  __syncthreads();
-  const long long pitch = Fp8TransposedV::pitch_for(problem);
-  uint8_t* out = vt + ((batch_index * problem.heads_kv + head_kv) * columns) * pitch +
-                 Fp8TransposedV::first_token(problem, batch) + static_cast<long long>(block) * kKeys;
-  for (int i = threadIdx.x; i < columns * (kKeys / 16); i += kTransposeThreads) {
-    const int d = i / (kKeys / 16), chunk = i % (kKeys / 16);
-    alignas(16) uint8_t bytes[16];
+// One V block into V^T, split by steps of 32 keys x 16 head-dim columns between the transposer
+// warps (Fp8VTransposeStep). `from`: the shared memory address of this lane's ldmatrix row of the
+// first step, V's (column 0, key source_key(lane)) in its v_rows stage; `to`: its stmatrix row's,
+// V^T's (column target_column(lane), position target_position(lane)) in its stage. Both layouts
+// swizzle the 16-byte chunk of a row by XOR with the row's own address bits, so the other steps'
+// addresses follow from these two without the layouts' arithmetic (which, with each step's
+// addresses kept, spilled the producer warpgroup's 24 registers):
+// - V (head dim contiguous, keys as rows of kVRowBytes = 64 (d64) or 128 bytes): 16 columns
+//   further is an XOR of 16 c on the chunk bits within an atom's row, the next atom column
+//   kVAtomColumnBytes further; 32 keys further is kV32KeyBytes further (whole atoms);
+// - V^T (keys contiguous, head-dim columns as rows of kBlockN = 128 bytes): 32 positions further
+//   is bits 5-6 XOR 32 g; 16 columns further is 16 rows (2 atoms) further, kVt16ColumnBytes.
+// The distances come from the layouts' unswizzled offsets.
+template <class Traits>
+CUTE_DEVICE void transpose_v_block(uint32_t from, uint32_t to, int warp) {
+  using Step = Fp8VTransposeStep;
+  using VRows = typename Traits::SmemLayoutVRows;  // (head dim, keys, stages)
+  using Vt = typename Traits::SmemLayoutVt;        // (head dim, positions, stages)
+  using VRowsSwizzle = decltype(VRows{}.layout_a());
+  constexpr int kVRowBytes = VRows{}.layout_b()(0, 1, 0);  // a key's row within its atom: 64 or 128
+  constexpr int kVChunks = kVRowBytes / 16;
+  static_assert((1 << VRowsSwizzle::num_bits) == kVChunks && VRowsSwizzle::num_base == 4 &&
+                    VRowsSwizzle::num_shft == 3 && std::is_same_v<decltype(Vt{}.layout_a()), cute::Swizzle<3, 4, 3>>,
+                "swizzles that XOR the 16-byte chunk of a row with the row's bits (V's 64 or 128 bytes, V^T's 128)");
+  static_assert(VRows{}.layout_b()(16, 0, 0) == 16 && Vt{}.layout_b()(1, 0, 0) == 128 &&
+                    Vt{}.layout_b()(0, 32, 0) == 32 && Traits::kBlockN == 128 && kVChunks % 2 == 0,
+                "V's columns contiguous; V^T's head-dim columns rows of the whole block's 128 keys");
+  constexpr uint32_t kV32KeyBytes = VRows{}.layout_b()(0, 32, 0);
+  constexpr uint32_t kVAtomColumnBytes = Traits::kHeadDimV > kVRowBytes ? VRows{}.layout_b()(kVRowBytes, 0, 0) : 0;
+  constexpr uint32_t kVt16ColumnBytes = Vt{}.layout_b()(16, 0, 0);
+  constexpr int kKeyGroups = Traits::kBlockN / 32;
+  constexpr int kColumnBlocks = Traits::kHeadDimV / 16;
+  static_assert(kFp8TransposerWarps == 2 && kColumnBlocks % 2 == 0, "each warp takes every other column block");
+  // Warp w takes column blocks c = 2 j + w, all key groups g of each: with w the only runtime
+  // part, and c's bit 0, it enters the two bases once (kVChunks being even, c % kVChunks and
+  // c / kVChunks are (2 j) % kVChunks + w and (2 j) / kVChunks), and every step's offsets are
+  // constants. (A runtime step index put every step's
+  // offsets in registers, which spilled.)
+  from ^= 16 * warp;
+  to += warp * kVt16ColumnBytes;
+  CUTE_UNROLL
+  for (int i = 0; i < kKeyGroups * kColumnBlocks / 2; ++i) {
+    const uint32_t g = i % kKeyGroups, c = 2 * (i / kKeyGroups);  // c: the column block less w
+    const uint32_t row_address = (from ^ (16 * (c % kVChunks))) + g * kV32KeyBytes + c / kVChunks * kVAtomColumnBytes;
+    uint32_t in[4];
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(in[0]), "=r"(in[1]), "=r"(in[2]), "=r"(in[3])
+                 : "r"(row_address));
+    uint32_t out[4];
     CUTE_UNROLL
-    for (int e = 0; e < 16; ++e) {
-      const int position = 16 * chunk + e;
-      bytes[e] = tile[position / 32 * 32 + fp8_key_order(position % 32)][d];
-    }
-    *reinterpret_cast<uint4*>(out + d * pitch + 16 * chunk) = *reinterpret_cast<const uint4*>(bytes);
+    for (int w = 0; w < 4; ++w) out[w] = byte_permute(in[w / 2 * 2], in[w / 2 * 2 + 1], Step::selector(w));
+    const uint32_t vt_address = (to + c * kVt16ColumnBytes) ^ (32 * g);
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(vt_address), "r"(out[0]),
+                 "r"(out[1]), "r"(out[2]), "r"(out[3])
+                 : "memory");
   }
 }
 

@@ -1,6 +1,7 @@
 // The forward kernel: warp roles, shared storage and barrier setup. One persistent CTA per SM;
-// warpgroup 0 is the producer (one warp issues TMA, one publishes the tiles, the group gives
-// registers back), warpgroups 1.. are the consumers (64 query rows each, they take the registers).
+// warpgroup 0 is the producer (one warp issues TMA, one publishes the tiles, with FP8 inputs the
+// other two transpose V; the group gives registers back), warpgroups 1.. are the consumers (64
+// query rows each, they take the registers).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -41,6 +42,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     smem.q_full.init(/*arrive_count=*/2);  // the producer's and the publisher's
     smem.q_released.init(Traits::kQueryReleaseArrivals);
     for (auto& b : smem.scheduled_full) b.init(/*arrive_count=*/1);  // the publisher's
+    if constexpr (Traits::kFp8) {
+      for (auto& b : smem.v_rows_full) b.init(/*arrive_count=*/1);  // the producer's
+      for (auto& b : smem.v_rows_empty) b.init(kFp8TransposerThreads);
+      for (int& end : smem.v_rows_end) end = 0;
+    }
   }
 
   auto k_params = tma_pipeline_params<Pipeline>(warpgroup, Traits::kKBytes, Traits::kConsumerThreads);
@@ -50,6 +56,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (Traits::kLoadsSmallPages && params.problem.key_cache.gather) {
     k_params.num_producers = v_params.num_producers = kGatherFullArrivals;
   }
+  // FP8: the transposer threads complete a V^T stage (fp8_v_transposer).
+  if constexpr (Traits::kFp8) v_params.num_producers = kFp8TransposerThreads;
   Pipeline pipeline_k(smem.pipeline_k, k_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
   Pipeline pipeline_v(smem.pipeline_v, v_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
   __syncthreads();  // barriers initialised before anyone waits on them
@@ -65,6 +73,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
     if (warp == 0) forward_producer<Traits>(params, smem, pipeline_k, pipeline_v);
     if (warp == 1) forward_tile_publisher<Traits>(params, smem);
+    if constexpr (Traits::kFp8) {
+      if (warp >= 2) fp8_v_transposer<Traits>(smem);
+    }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
     forward_consumer<Traits, kPackedRows, kScores>(params, smem, pipeline_k, pipeline_v);

@@ -22,8 +22,8 @@ namespace hopattn {
 template <typename Element_, int kHeadDim_, int kHeadDimV_, class Config_ = ForwardTileConfig<kHeadDim_>>
 struct ForwardKernelTraits {
   using Element = Element_;  // Q's, K's and V's
-  // FP8 (e4m3) inputs: O is bf16 (docs/semantics.md), V^T is the workspace's transposed copy
-  // (fwd_fp8.cuh), P enters the P V WGMMA as e4m3.
+  // FP8 (e4m3) inputs: O is bf16 (docs/semantics.md), V is transposed in shared memory by two
+  // producer warps (fwd_fp8.cuh), P enters the P V WGMMA as e4m3.
   static constexpr bool kFp8 = sizeof(Element) == 1;
   using OutputElement = std::conditional_t<kFp8, cutlass::bfloat16_t, Element>;
   using Config = Config_;
@@ -37,7 +37,8 @@ struct ForwardKernelTraits {
   static constexpr bool kPingPong = Config::kShape.ping_pong;
   // Whether this is the tile of packed GQA rows (forward_kernel's kPackedRows, see
   // with_forward_traits): its kernel is the packed one, the others' the plain one.
-  static constexpr bool kPackedRows = std::is_same_v<Config, ForwardPackedTileConfig<kHeadDim>>;
+  static constexpr bool kPackedRows = std::is_same_v<Config, ForwardPackedTileConfig<kHeadDim>> ||
+                                      std::is_same_v<Config, ForwardFp8PackedTileConfig<kHeadDim>>;
   // Whether the producer can load a paged KV cache whose pages do not hold whole key blocks (in
   // boxes or gathered row by row): not in the wider unmasked tile, whose 176-key blocks split
   // every power-of-two page and whose producer spilled with the gather's state; paged caches
@@ -95,14 +96,22 @@ struct ForwardKernelTraits {
   // 8 keys) are laid out keys first, so that one TMA box covers a 64-wide column of the whole
   // block: head dim first made every atom its own 1 KB box (32 TMA instructions per V block at
   // d128, 40 at d256), and the producer could not keep the ring ahead of the consumers.
-  // FP8: the keys contiguous (K-major), a TMA box covering the block.
+  // FP8: V arrives that way in a ring of its own (SmemLayoutVRows), and the transposer warps write
+  // V^T with the keys contiguous (K-major) into the stages the consumers read.
+  template <int kRingStages>
+  using SmemLayoutVAsLoaded = decltype(cute::tile_to_shape(
+      widest_swizzle_atom<cute::GMMA::Major::MN, Element, kHeadDimV>(),
+      cute::Shape<HeadDimV, BlockN, cute::Int<kRingStages>>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}));
   using SmemLayoutVt = std::conditional_t<
       kFp8,
       decltype(cute::tile_to_shape(widest_swizzle_atom<cute::GMMA::Major::K, Element, kBlockN>(),
                                    cute::Shape<HeadDimV, BlockN, cute::Int<kStages>>{})),
-      decltype(cute::tile_to_shape(widest_swizzle_atom<cute::GMMA::Major::MN, Element, kHeadDimV>(),
-                                   cute::Shape<HeadDimV, BlockN, cute::Int<kStages>>{},
-                                   cute::Step<cute::_2, cute::_1, cute::_3>{}))>;
+      SmemLayoutVAsLoaded<kStages>>;
+  // FP8: two stages of V as loaded, so that the next block's load runs under a transposition.
+  static constexpr int kVRowStages = kFp8 ? 2 : 0;
+  using SmemLayoutVRows = SmemLayoutVAsLoaded<kFp8 ? kVRowStages : 1>;
+  // Where V's TMA writes: the v_rows ring (FP8) or the stages the consumers read.
+  using SmemLayoutVLoaded = std::conditional_t<kFp8, SmemLayoutVRows, SmemLayoutVt>;
 
   // A paged KV cache whose pages hold whole boxes of kRows keys but not whole key blocks takes
   // each block as boxes, one TMA copy each from its own page (KeyCache::page_box_rows): their
@@ -129,6 +138,8 @@ struct ForwardKernelTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>, 1024> v;
+    // FP8: V as loaded, before the transposition (a token size otherwise).
+    cute::array_aligned<Element, kFp8 ? cute::cosize_v<SmemLayoutVRows> : 16, kFp8 ? 1024 : 16> v_rows;
     cutlass::arch::ClusterTransactionBarrier q_full;  // the next tile's Q and its entry of `tiles` are in
     cutlass::arch::ClusterBarrier q_released;         // every consumer warp is done with sQ (its S GEMMs)
     ForwardTile tiles[kPublishedTileSlots];          // published tiles, in turn
@@ -142,6 +153,14 @@ struct ForwardKernelTraits {
     float sink_logits[kPublishedTileSlots];
     typename Pipeline::SharedStorage pipeline_k;
     typename Pipeline::SharedStorage pipeline_v;
+    // FP8: the v_rows ring's barriers (full: the producer's TMA; empty: every transposer thread),
+    // and the producer's end marker for the transposers, one per stage, read after that stage's
+    // full barrier completed. One flag for the ring hung the kernel (H100, paged decode): the
+    // producer raised it in the stage after the last V block while that block's copy was still
+    // in flight, and the transposers, once it landed, read the flag and left without it.
+    cutlass::arch::ClusterTransactionBarrier v_rows_full[kFp8 ? kVRowStages : 1];
+    cutlass::arch::ClusterBarrier v_rows_empty[kFp8 ? kVRowStages : 1];
+    int v_rows_end[kFp8 ? kVRowStages : 1];
   };
   static constexpr int kSharedBytes = sizeof(SharedStorage);
   static_assert(kSharedBytes <= kMaxSharedBytesPerCta, "shared storage exceeds what an sm_90 CTA can have");

@@ -14,7 +14,6 @@
 #include "kernels/common/tma_tensors.cuh"
 #include "kernels/fwd/forward_kernels.hpp"
 #include "kernels/fwd/fwd_kernel.cuh"
-#include "kernels/fwd/fwd_fp8.cuh"
 #include "kernels/fwd/fwd_kernel_traits.cuh"
 #include "kernels/fwd/fwd_split_combine.cuh"
 #include "kernels/fwd/fwd_split_plan.hpp"
@@ -81,30 +80,13 @@ ForwardWorkspacePlan forward_workspace_plan(const Problem& p, const DeviceLimits
 // Output rows (query token, head) that the key splits' partials cover.
 inline long long forward_output_rows(const Problem& p) { return p.total_q() * p.heads; }
 
-// The plan's part of the workspace; FP8 inputs add V^T after it (fp8_transposed_v).
+// The workspace the plan asks for (key splits' partials, the tail's, the dynamic schedule's counter).
 template <class Traits>
-size_t forward_plan_bytes(const Problem& p, const DeviceLimits& device) {
+size_t forward_workspace_bytes_for(const Problem& p, const DeviceLimits& device) {
   const ForwardWorkspacePlan plan = forward_workspace_plan<Traits>(p, device, /*workspace=*/true);
   if (!plan.needed()) return 0;
   return ForwardWorkspace<Traits>::bytes_for(persistent_ctas(device), plan.tail.enabled(),
                                              plan.layout.split() ? plan.layout.splits : 0, forward_output_rows(p));
-}
-
-inline constexpr size_t kFp8TransposedVAlignment = 256;
-
-template <class Traits>
-size_t forward_workspace_bytes_for(const Problem& p, const DeviceLimits& device) {
-  const size_t plan = forward_plan_bytes<Traits>(p, device);
-  if constexpr (!Traits::kFp8) return plan;
-  return plan + kFp8TransposedVAlignment + Fp8TransposedV::bytes_for(p);
-}
-
-// Where V^T of FP8 inputs lives in `workspace` (forward_workspace_bytes_for() bytes).
-template <class Traits>
-uint8_t* fp8_transposed_v(const Problem& p, const DeviceLimits& device, void* workspace) {
-  const uintptr_t at = reinterpret_cast<uintptr_t>(workspace) + forward_plan_bytes<Traits>(p, device);
-  return reinterpret_cast<uint8_t*>((at + kFp8TransposedVAlignment - 1) / kFp8TransposedVAlignment *
-                                    kFp8TransposedVAlignment);
 }
 
 // The token and batch extents of K/V's TMA tensors: a KV cache's (capacity, cache rows), or
@@ -147,24 +129,14 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
                                tma_stride(t.v.batch_stride, keys.batch, k_span));
   cute::Tensor mQ = tma_tokens_tensor<Element>(t.q, q_tokens, p.head_dim, p.heads, batch, q_span);
   cute::Tensor mK = tma_tokens_tensor<Element>(t.k, k_tokens, p.head_dim, p.heads_kv, keys.batch, k_span);
-  // FP8: the workspace's V^T (fwd_fp8.cuh), keys contiguous, each sequence from an aligned token.
-  auto mVt = [&] {
-    if constexpr (Traits::kFp8) {
-      const int64_t pitch = Fp8TransposedV::pitch_for(p);
-      const int32_t batches = p.keys.varlen() ? 1 : p.batch;
-      params.shape_vt = make_shape(int32_t(p.head_dim_v), static_cast<int32_t>(pitch), int32_t(p.heads_kv), batches);
-      const TmaTokensStride stride = make_stride(pitch, _1{}, pitch * p.head_dim_v, pitch * p.head_dim_v * p.heads_kv);
-      return make_tensor(make_gmem_ptr(reinterpret_cast<Element const*>(fp8_transposed_v<Traits>(p, device, workspace))),
-                         params.shape_vt, stride);
-    } else {
-      return make_tensor(make_gmem_ptr(static_cast<Element const*>(t.v.data)), params.shape_vt, vt_stride);
-    }
-  }();
+  // V viewed as V^T (head dim, tokens): bf16 WGMMA reads it so from shared memory, FP8 transposes
+  // it there first (fwd_fp8.cuh).
+  cute::Tensor mVt = make_tensor(make_gmem_ptr(static_cast<Element const*>(t.v.data)), params.shape_vt, vt_stride);
   params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, mQ, typename Traits::SmemLayoutQ{},
                                Shape<typename Traits::BlockM, typename Traits::HeadDim>{}, _1{});
   params.tma_k = make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(typename Traits::SmemLayoutK{}),
                                Shape<typename Traits::BlockN, typename Traits::HeadDim>{}, _1{});
-  params.tma_vt = make_tma_copy(SM90_TMA_LOAD{}, mVt, take<0, 2>(typename Traits::SmemLayoutVt{}),
+  params.tma_vt = make_tma_copy(SM90_TMA_LOAD{}, mVt, take<0, 2>(typename Traits::SmemLayoutVLoaded{}),
                                 Shape<typename Traits::HeadDimV, typename Traits::BlockN>{}, _1{});
 
   params.problem = p;
@@ -174,7 +146,7 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   choose_paged_loads(params.problem.key_cache, p.keys.start != nullptr, Traits::kBlockN);
   using BoxRows = Int<kPageBoxRows>;
   using WideBoxRows = Int<kWidePageBoxRows>;
-  if constexpr (Traits::kFp8) {  // no KV cache with FP8 inputs (validate.cpp)
+  if constexpr (Traits::kFp8) {  // an FP8 cache's pages hold whole key blocks (validate.cpp): no boxes
   } else if (params.problem.key_cache.page_box_rows == kPageBoxRows) {
     params.tma_k_box = make_tma_copy(SM90_TMA_LOAD{}, mK, typename Traits::template SmemLayoutKBox<kPageBoxRows>{},
                                      Shape<BoxRows, typename Traits::HeadDim>{}, _1{});
@@ -292,16 +264,6 @@ cudaError_t launch_forward_grid(const Problem& problem, const ForwardParams<Trai
 template <class Traits, ScoreVariant kScores>
 cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& tensors, const DeviceLimits& device,
                                  void* workspace, cudaStream_t stream) {
-  if constexpr (Traits::kFp8) {  // V^T into the workspace first (fwd_fp8.cuh)
-    if (workspace == nullptr) return cudaErrorInvalidValue;  // the dispatcher's job
-    const dim3 grid((problem.max_seqlen_k + kFp8KeyAlignment - 1) / kFp8KeyAlignment, problem.heads_kv,
-                    problem.batch);
-    if (grid.x > 0) {
-      transpose_v_for_fp8_kernel<Traits::kHeadDimV><<<grid, kTransposeThreads, 0, stream>>>(
-          problem, tensors.v, fp8_transposed_v<Traits>(problem, device, workspace));
-      if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-    }
-  }
   const ForwardParams<Traits> params = make_forward_params<Traits>(problem, tensors, device, workspace);
   const int tiles = params.scheduler.total_tiles();
   if (tiles == 0) return cudaSuccess;
@@ -327,10 +289,20 @@ auto with_forward_traits(const Problem& problem, const DeviceLimits& device, F&&
   // The wider unmasked tile where it is one of its own (d128), else the any-mask tile.
   using Unmasked = std::conditional_t<ForwardUnmaskedTileConfig<kHeadDim>::kShape == ForwardTileConfig<kHeadDim>::kShape,
                                       AnyMask, ForwardUnmaskedTileConfig<kHeadDim>>;
-  // FP8 inputs: one tile (no packed GQA heads, no wider unmasked blocks yet), whose keys are
-  // whole FP8 WGMMA K steps.
+  // FP8 inputs: their tile (no wider unmasked blocks yet), whose keys are whole FP8 WGMMA K steps,
+  // or up to d128 its packed form where the plan packs GQA heads (at d256 the packed kernel's
+  // 128-key blocks, which the V transposition needs, spilled 124 bytes: not packed there).
   if constexpr (kDType == DType::kFloat8E4M3) {
-    return f(ForwardKernelTraits<Element, kHeadDim, kHeadDimV, ForwardFp8TileConfig<kHeadDim>>{});
+    using Fp8Traits = ForwardKernelTraits<Element, kHeadDim, kHeadDimV, ForwardFp8TileConfig<kHeadDim>>;
+    static_assert(Fp8Traits::kBlockN == kFp8KeyBlock, "paged FP8 caches' rule");
+    if constexpr (kHeadDim <= 128) {
+      using Fp8PackedTraits = ForwardKernelTraits<Element, kHeadDim, kHeadDimV, ForwardFp8PackedTileConfig<kHeadDim>>;
+      static_assert(Fp8PackedTraits::kBlockN == kFp8KeyBlock, "paged FP8 caches' rule");
+      if (forward_split_plan<Fp8PackedTraits>(problem, device, /*workspace=*/false).packed()) {
+        return f(Fp8PackedTraits{});
+      }
+    }
+    return f(Fp8Traits{});
   } else {
     using PackedTraits = ForwardKernelTraits<Element, kHeadDim, kHeadDimV, ForwardPackedTileConfig<kHeadDim>>;
     if (forward_split_plan<PackedTraits>(problem, device, /*workspace=*/false).packed()) return f(PackedTraits{});

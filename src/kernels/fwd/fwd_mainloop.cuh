@@ -43,6 +43,10 @@ struct ForwardSmemTensors {
   CUTE_DEVICE static auto vt(SharedStorage& s) {
     return cute::make_tensor(cute::make_smem_ptr(s.v.data()), typename Traits::SmemLayoutVt{});  // (D, N, PIPE)
   }
+  // FP8: V as loaded, before the transposition into vt.
+  CUTE_DEVICE static auto v_rows(SharedStorage& s) {
+    return cute::make_tensor(cute::make_smem_ptr(s.v_rows.data()), typename Traits::SmemLayoutVRows{});  // (D, N, RING)
+  }
 };
 
 // The consumers are done with sQ and with the published tile once each of them has issued its
@@ -198,13 +202,21 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   using Smem = ForwardSmemTensors<Traits>;
   cute::Tensor sQ = Smem::q(smem);
   cute::Tensor sK = Smem::k(smem);
-  cute::Tensor sVt = Smem::vt(smem);
+  // FP8: V's TMA fills the v_rows ring, which the transposer warps turn into sVt's stages.
+  auto sVt = [&] {
+    if constexpr (Traits::kFp8) {
+      return Smem::v_rows(smem);
+    } else {
+      return Smem::vt(smem);
+    }
+  }();
   cute::Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);     // (tokens, D, heads, batch)
   cute::Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);     // (tokens, D, heads_kv, batch)
   cute::Tensor mVt = params.tma_vt.get_tma_tensor(params.shape_vt);  // (Dv, tokens, heads_kv, batch)
 
   auto state_k = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   auto state_v = cutlass::make_producer_start_state<typename Traits::Pipeline>();
+  cutlass::PipelineState<Traits::kFp8 ? Traits::kVRowStages : 1> v_rows_state(0, 1, 0);  // FP8: producer of v_rows
   const bool leader = threadIdx.x == 0;
   const bool gather = Traits::kLoadsSmallPages && params.problem.key_cache.gather;
   const bool boxes = Traits::kLoadsSmallPages && params.problem.key_cache.page_box_rows > 0;
@@ -238,10 +250,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     cute::Tensor gK = local_tile(domain_offset(make_coord(t.k_offset, _0{}, _0{}), mK(_, _, t.head_kv, _)),
                            Shape<typename Traits::BlockN, typename Traits::HeadDim>{},
                            make_coord(_, _0{}));  // (N, D, blocks, batch)
-    // FP8: V^T is the workspace's copy, each sequence from its own aligned first token (fwd_fp8.cuh).
-    const int vt_offset =
-        Traits::kFp8 ? static_cast<int>(Fp8TransposedV::first_token(params.problem, t.batch)) : t.k_offset;
-    cute::Tensor gVt = local_tile(domain_offset(make_coord(_0{}, vt_offset, _0{}), mVt(_, _, t.head_kv, _)),
+    cute::Tensor gVt = local_tile(domain_offset(make_coord(_0{}, t.k_offset, _0{}), mVt(_, _, t.head_kv, _)),
                             Shape<typename Traits::HeadDimV, typename Traits::BlockN>{},
                             make_coord(_0{}, _));  // (Dv, N, blocks, batch)
     auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
@@ -349,9 +358,26 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
       load(pipeline_k, smem.pipeline_k, state_k, params.tma_k, k_copy, _0{}, k_chunk, params.k, typename Traits::HeadDim{},
            params.problem.head_dim, n);
     };
+    // FP8: V block n into the next v_rows stage once the transposers are done with it; they
+    // write its V^T stage (fp8_v_transposer).
+    auto load_v_rows = [&](int n) {
+      const KeyBlockCoord at = key_block_coord(params.problem.key_cache, t, n, Traits::kBlockN);
+      const int stage = v_rows_state.index();
+      smem.v_rows_empty[stage].wait(v_rows_state.phase());
+      if (leader) {
+        smem.v_rows_full[stage].arrive_and_expect_tx(Traits::kVBytes);
+        copy(params.tma_vt.with(reinterpret_cast<uint64_t&>(smem.v_rows_full[stage])), get<0>(v_copy)(_, at.block, at.batch),
+             get<1>(v_copy)(_, stage));
+      }
+      ++v_rows_state;
+    };
     auto load_v = [&](int n) {
-      load(pipeline_v, smem.pipeline_v, state_v, params.tma_vt, v_copy, _1{}, v_chunk, params.v, typename Traits::HeadDimV{},
-           params.problem.head_dim_v, n);
+      if constexpr (Traits::kFp8) {
+        load_v_rows(n);
+      } else {
+        load(pipeline_v, smem.pipeline_v, state_v, params.tma_vt, v_copy, _1{}, v_chunk, params.v,
+             typename Traits::HeadDimV{}, params.problem.head_dim_v, n);
+      }
     };
     load_k(t.n_blocks.end - 1);  // while the consumers may still be in the previous tile's epilogue
     wait_query_released_before<Traits>(smem, round);  // sQ holds the previous tile's Q until then
@@ -379,9 +405,46 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   // The end marker's q_full phase takes the producer's arrival too, once the last tile is released.
   wait_query_released_before<Traits>(smem, round);
   if (leader) smem.q_full.arrive();
+  if constexpr (Traits::kFp8) {  // the transposers' end marker, in the next v_rows stage
+    smem.v_rows_empty[v_rows_state.index()].wait(v_rows_state.phase());
+    if (leader) {
+      smem.v_rows_end[v_rows_state.index()] = 1;
+      asm volatile("" ::: "memory");  // the marker before the arrival that publishes it
+      smem.v_rows_full[v_rows_state.index()].arrive();
+    }
+  }
   // The last gathered V block's copies may still be in flight (the consumers released the tile
   // after its last S GEMM, before its last P V): a thread does not leave with copies pending.
   if (gather) asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+// FP8: warps 2 and 3 of the producer warpgroup turn each block of the v_rows ring, in the order the
+// producer loads them, into the next V^T stage (transpose_v_block), until the producer's end
+// marker. A V^T stage's full barrier counts one arrival per transposer thread (forward_kernel).
+template <class Traits>
+CUTE_DEVICE void fp8_v_transposer(typename Traits::SharedStorage& smem) {
+  using namespace cute;
+  using Smem = ForwardSmemTensors<Traits>;
+  cute::Tensor sVRows = Smem::v_rows(smem);
+  cute::Tensor sVt = Smem::vt(smem);
+  using Step = Fp8VTransposeStep;
+  const int thread = static_cast<int>(threadIdx.x) - 2 * cutlass::NumThreadsPerWarp;
+  const int warp = thread / cutlass::NumThreadsPerWarp, lane = thread % cutlass::NumThreadsPerWarp;
+  cutlass::PipelineState<Traits::kVRowStages> rows;  // a consumer of v_rows
+  auto stage = cutlass::make_producer_start_state<typename Traits::Pipeline>();  // a producer of V^T
+  for (;; ++rows, ++stage) {
+    smem.v_rows_full[rows.index()].wait(rows.phase());
+    asm volatile("" ::: "memory");  // the marker is read after the wait
+    if (smem.v_rows_end[rows.index()]) break;
+    smem.pipeline_v.empty_barrier_[stage.index()].wait(stage.phase());
+    const uint32_t from = cast_smem_ptr_to_uint(&sVRows(0, Step::source_key(lane), rows.index()));
+    const uint32_t to =
+        cast_smem_ptr_to_uint(&sVt(Step::target_column(lane), Step::target_position(lane), stage.index()));
+    transpose_v_block<Traits>(from, to, warp);
+    cutlass::arch::fence_view_async_shared();  // the V^T writes, towards the WGMMAs (async proxy)
+    smem.pipeline_v.full_barrier_[stage.index()].arrive();
+    smem.v_rows_empty[rows.index()].arrive();
+  }
 }
 
 // Q of a tile that packs GQA heads: its rows are (query, head) pairs, strided two ways, which no

@@ -33,13 +33,10 @@ struct ForwardParams {
       cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeTokens{}, StrideTokens{}),
       cute::take<0, 2>(typename Traits::SmemLayoutK{}),
       cute::Shape<typename Traits::BlockN, typename Traits::HeadDim>{}, cute::_1{}));
-  // FP8: V^T is the workspace's transposed copy (fwd_fp8.cuh), (head_dim_v, tokens) with the
-  // tokens contiguous, the stride pattern of Q and K.
-  using StrideVt = std::conditional_t<Traits::kFp8, StrideTokens, StrideTransposed>;
   using TmaVt = decltype(cute::make_tma_copy(
       cute::SM90_TMA_LOAD{},
-      cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeTokens{}, StrideVt{}),
-      cute::take<0, 2>(typename Traits::SmemLayoutVt{}),
+      cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeTokens{}, StrideTransposed{}),
+      cute::take<0, 2>(typename Traits::SmemLayoutVLoaded{}),
       cute::Shape<typename Traits::HeadDimV, typename Traits::BlockN>{}, cute::_1{}));
 
   // The same tensors in boxes of kRows keys, for a paged cache whose pages do not hold whole key

@@ -110,5 +110,20 @@ template <>
 struct ForwardFp8TileConfig<256> {
   static constexpr ForwardTileShape kShape{128, 128, 2, true, false, false};
 };
+// At d192, 128 keys too (the bf16 tile's 96 are whole K steps, but the V transposition and paged
+// FP8 caches take blocks of 128: kFp8KeyBlock): the (192, 128) bf16 pair's shape.
+template <>
+struct ForwardFp8TileConfig<192> {
+  static constexpr ForwardTileShape kShape = ForwardTileConfig<192, 128>::kShape;
+};
+
+// FP8 tiles whose rows pack the query heads of a GQA group (decode over an FP8 cache, which reads
+// each KV head once so): the FP8 tile, with two warpgroups at d64 as the bf16 packed tile has.
+template <int kHeadDim>
+struct ForwardFp8PackedTileConfig : ForwardFp8TileConfig<kHeadDim> {};
+template <>
+struct ForwardFp8PackedTileConfig<64> {
+  static constexpr ForwardTileShape kShape = ForwardPackedTileConfig<64>::kShape;
+};
 
 }  // namespace hopattn

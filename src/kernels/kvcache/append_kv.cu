@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 
 #include "kernels/common/grid_dependency.cuh"
 
@@ -167,9 +168,25 @@ __global__ void __launch_bounds__(kThreads) append_kv_kernel(const __grid_consta
   }
 }
 
+// FP8 rows as pairs of bytes, which the 16-bit kernel copies unchanged: FP8 appends have no
+// rotary embedding (validate.cpp), and their head dims and strides are multiples of 16 elements.
+AppendKVParams as_byte_pairs(AppendKVParams p) {
+  p.head_dim /= 2;
+  p.head_dim_v /= 2;
+  for (RowTensor* t : {&p.k_new, &p.v_new, &p.k_cache, &p.v_cache}) {
+    t->batch_stride /= 2;
+    t->row_stride /= 2;
+    t->head_stride /= 2;
+  }
+  return p;
+}
+
 }  // namespace
 
-cudaError_t launch_append_kv(const AppendKVParams& params, cudaStream_t stream) {
+cudaError_t launch_append_kv(const AppendKVParams& given, cudaStream_t stream) {
+  const bool fp8 = given.dtype == DType::kFloat8E4M3;
+  if (fp8 && (given.rotary_dim > 0 || given.q_rotated.data != nullptr)) return cudaErrorInvalidValue;
+  const AppendKVParams params = fp8 ? as_byte_pairs(given) : given;
   // 16-byte chunks, one head row within a CTA, and pairs of whole chunks.
   auto row_fits = [](int dim) { return dim > 0 && dim % kChunk == 0 && dim / kChunk <= kThreads; };
   if (!row_fits(params.head_dim) || !row_fits(params.head_dim_v) || params.rotary_dim % (2 * kChunk) != 0 ||
@@ -190,6 +207,7 @@ cudaError_t launch_append_kv(const AppendKVParams& params, cudaStream_t stream) 
       append_kv_kernel<__half><<<grid, kThreads, 0, stream>>>(params);
       break;
     case DType::kBFloat16:
+    case DType::kFloat8E4M3:  // as byte pairs
       append_kv_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(params);
       break;
     default:
