@@ -15,6 +15,9 @@ shift
 mkdir -p "$out"
 here=$(dirname "$0")
 metrics=gpu__time_duration.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
+# The busiest SM sub-partition against the average one: warps are placed on sub-partitions by
+# warp index mod 4, so work that only some warps of a CTA do (a producer's helpers) shows here.
+metrics+=,smsp__inst_executed.max,smsp__inst_executed.avg
 metrics+=,regex:sm__pipe_.*_cycles_active.avg.pct_of_peak_sustained_active
 metrics+=,regex:sm__inst_executed_pipe_.*.avg.pct_of_peak_sustained_active
 metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed
@@ -43,8 +46,9 @@ def rows(path):
     return [(dict(zip(header, r)), units) for r in table[2:] if len(r) == len(header)]
 scale_to_us = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
 pipes = ["tensor_op_gmma", "tensor_op_hmma", "fma", "fmaheavy", "alu", "xu", "lsu", "uniform"]
-print("| problem | kernel | us | Minst | issue % | " + " | ".join(f"{p} %" for p in pipes) + " | dram % | top stalls (per issue) |")
-print("|" + "---|" * (len(pipes) + 7))
+print("| problem | kernel | us | Minst | issue % | busiest sub-partition / mean | " + " | ".join(f"{p} %" for p in pipes)
+      + " | dram % | top stalls (per issue) |")
+print("|" + "---|" * (len(pipes) + 8))
 for i in range(1, n + 1):
     label = open(f"{out}/label-{i}.txt").read().strip()
     for r, units in rows(f"{out}/ncu-{i}.csv"):
@@ -62,8 +66,10 @@ for i in range(1, n + 1):
         us = f"{float(us) * scale_to_us.get(units.get('gpu__time_duration.sum'), 1.0):.1f}" if us else ""
         inst = metric("smsp__inst_executed.sum")
         inst = f"{float(inst) / 1e6:.1f}" if inst else ""
+        busiest, mean = metric("smsp__inst_executed.max"), metric("smsp__inst_executed.avg")
+        balance = f"{float(busiest) / float(mean):.3f}" if busiest and mean and float(mean) > 0 else ""
         print(f"| {label} | {r.get('Kernel Name', '')[:60]} | {us} | {inst} | "
-              f"{metric('smsp__issue_active.avg.pct_of_peak_sustained_active')} | "
+              f"{metric('smsp__issue_active.avg.pct_of_peak_sustained_active')} | {balance} | "
               + " | ".join(pipe(p) for p in pipes)
               + f" | {metric('dram__throughput.avg.pct_of_peak_sustained_elapsed')} | "
               + ", ".join(f"{k} {v:.2f}" for v, k in stalls) + " |")

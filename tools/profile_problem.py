@@ -5,8 +5,8 @@ sinks, windows, GQA), bench/chunked_prefill.py (paged or packed caches) and benc
 by their own classes, so that a profile is of exactly what those benchmarks time. Prints the
 problem it ran.
 
-Usage (bf16; every size has a default):
-  profile_problem.py dense   [--hdim D] [--batch B] [--seqlen S] [--heads H] [--heads-kv HKV]
+Usage (bf16 unless --dtype; every size has a default):
+  profile_problem.py dense   [--dtype bf16|fp16|e4m3] [--hdim D] [--batch B] [--seqlen S] [--heads H] [--heads-kv HKV]
                              [--causal] [--window L] [--sinks] [--softcap C] [--direction fwd|bwd]
                              [--impl hopattn|fa4|cudnn|...] [--deterministic]
   profile_problem.py chunked [--hdim D] [--batch B] [--seqlen-q S] [--seqlen-k S] [--page-size P]
@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 def dense_call(torch, a):
     import compare
 
-    p = compare.Problem("bf16", a.hdim, a.causal, a.batch, a.seqlen, a.heads, a.heads_kv,
+    p = compare.Problem(a.dtype, a.hdim, a.causal, a.batch, a.seqlen, a.heads, a.heads_kv,
                         window=(a.window, 0) if a.window >= 0 else (-1, -1), sinks=a.sinks, softcap=a.softcap)
     t = compare.Tensors(torch, p, seed=0)
     if a.impl == "hopattn":
@@ -73,6 +73,8 @@ def parser():
     ap.add_argument("--sinks", action="store_true")
     ap.add_argument("--softcap", type=float, default=0.0)
     ap.add_argument("--direction", choices=["fwd", "bwd"], default="fwd")
+    ap.add_argument("--dtype", choices=["bf16", "fp16", "e4m3"], default="bf16",
+                    help="dense only; e4m3: FP8 inputs (the bf16 ones rounded), forward only")
     ap.add_argument("--impl", default="hopattn", help="dense only: hopattn or a peer of bench/compare.py (fa4, cudnn, ...)")
     ap.add_argument("--deterministic", action="store_true", help="dense only: the deterministic mode")
     ap.add_argument("--page-size", type=int, default=0)
