@@ -47,6 +47,14 @@ struct ForwardSmemTensors {
   CUTE_DEVICE static auto v_rows(SharedStorage& s) {
     return cute::make_tensor(cute::make_smem_ptr(s.v_rows.data()), typename Traits::SmemLayoutVRows{});  // (D, N, RING)
   }
+  // Where V's TMA writes (SmemLayoutVLoaded): the v_rows ring with FP8, else the consumers' stages.
+  CUTE_DEVICE static auto v_loaded(SharedStorage& s) {
+    if constexpr (Traits::kFp8) {
+      return v_rows(s);
+    } else {
+      return vt(s);
+    }
+  }
 };
 
 // The consumers are done with sQ and with the published tile once each of them has issued its
@@ -202,14 +210,8 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   using Smem = ForwardSmemTensors<Traits>;
   cute::Tensor sQ = Smem::q(smem);
   cute::Tensor sK = Smem::k(smem);
-  // FP8: V's TMA fills the v_rows ring, which the transposer warps turn into sVt's stages.
-  auto sVt = [&] {
-    if constexpr (Traits::kFp8) {
-      return Smem::v_rows(smem);
-    } else {
-      return Smem::vt(smem);
-    }
-  }();
+  // FP8: V's TMA fills the v_rows ring, which the transposer warps turn into V^T's stages.
+  cute::Tensor sVt = Smem::v_loaded(smem);
   cute::Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);     // (tokens, D, heads, batch)
   cute::Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);     // (tokens, D, heads_kv, batch)
   cute::Tensor mVt = params.tma_vt.get_tma_tensor(params.shape_vt);  // (Dv, tokens, heads_kv, batch)
