@@ -438,7 +438,8 @@ def test_softcap_reaches_the_library(lib, softcap, shown):
 
 def test_valid_softcaps_pass_validation(lib):
     """0 and positive caps are valid: the backward's workspace size needs no device; the forward's
-    queries stop at the device check without a Hopper GPU."""
+    queries stop at the device check without a Hopper GPU, and on one with a build without the
+    softcap kernels (HOPATTN_SOFTCAP=OFF) at the kernel choice, which names the option."""
     for softcap in (0.0, 5.0, 30.0):
         assert _capi.backward_workspace_size(_backward_args(softcap=softcap)) >= 0
         for size_of, args in (
@@ -450,6 +451,8 @@ def test_valid_softcaps_pass_validation(lib):
                 assert size_of(args) >= 0
             except _capi.DeviceUnavailableError as e:
                 assert "Hopper" in str(e) or "sm_90" in str(e)
+            except _capi.NotSupportedError as e:
+                assert softcap > 0 and "HOPATTN_SOFTCAP=ON" in str(e)
 
 
 def test_short_structs_get_no_softcap(lib):
