@@ -2,7 +2,8 @@
 # Which SASS instructions a kernel's warps stall on: ncu's warp-state sampling per instruction
 # (SourceCounters) on tools/profile_problem.py's problems, one profiled launch each, summarised
 # as markdown (OUT/source.md: the instructions with the most samples, with their top stall
-# reasons, and the samples per opcode) beside ncu's per-instruction CSV (OUT/source-N.csv).
+# reasons, and the samples per opcode; the first two problems side by side, tools/source_compare.py)
+# beside ncu's per-instruction CSV (OUT/source-N.csv).
 # Usage on a Hopper machine with the hopattn package importable (PYTHONPATH, HOPATTN_LIBRARY):
 #   tools/profile_source.sh OUT 'LABEL|KERNEL_REGEX|SKIP|PROFILE_PROBLEM_ARGS' ...
 # SKIP: launches of matching kernels to skip first (the warm-up calls'), as in profile_pipes.sh.
@@ -74,3 +75,8 @@ for i in range(1, n + 1):
         print(f"| {opcode} | {samples:.0f} | {100 * samples / max(total, 1):.1f} |")
     print()
 PY
+# The first two problems side by side (where one kernel's extra time goes), appended to source.md.
+if (( n >= 2 )); then
+  python3 "$here/source_compare.py" "$out/source-1.csv" "$(cat "$out/label-1.txt")" \
+    "$out/source-2.csv" "$(cat "$out/label-2.txt")" | tee -a "$out/source.md"
+fi
