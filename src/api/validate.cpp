@@ -640,11 +640,10 @@ RowTensor cache_row_tensor(const Tensor& t) { return RowTensor{t.data, t.stride[
 Status check_cache_call_outputs(const Tensor& q, const Tensor& o, const Tensor& lse, const Problem& p,
                                 ForwardTensors* t) {
   const bool v = p.varlen();
-  // FP8 inputs write a 16-bit o (resolve_output_dtype).
-  const DType o_dtype = p.dtype == DType::kFloat8E4M3 ? p.out_dtype : p.dtype;
   const TensorCheck checks[] = {
       {&q, expect_q_like("q", p, Width::kHeadDim), p.dtype, false},
-      {&o, expect_q_like("o", p, Width::kHeadDimV), o_dtype, true},
+      // q's dtype, or the 16-bit one that FP8 inputs write (resolve_output_dtype)
+      {&o, expect_q_like("o", p, Width::kHeadDimV), p.out_dtype, true},
   };
   if (Status s = check_all(checks); !s.ok()) return s;
   // The simple path that takes broadcast inputs elsewhere knows no KV cache.
