@@ -9,6 +9,23 @@
 
 namespace hopattn {
 
+// Operand tensor of K-step k. A shared-memory operand's descriptor is formed as one 64-bit add to
+// the operand's base descriptor: CuTe's iterator adds to the low word and copies the high one,
+// and ptxas then rewrote the constant high words before every HGMMA (1.9 UMOV per HGMMA in the
+// d64 backward against FlashAttention-4's 0.7, whose descriptors come from 64-bit adds).
+template <class Operand>
+CUTE_DEVICE auto k_step_operand(Operand const& operand, int k) {
+  using namespace cute;
+  if constexpr (std::is_same_v<typename Operand::engine_type::iterator, GMMA::DescriptorIterator>) {
+    auto step = operand(_, _, k);
+    const int32_t offset = static_cast<int32_t>(step.data().desc_.reg32_[0] - operand.data().desc_.reg32_[0]);
+    return make_tensor(GMMA::DescriptorIterator{GmmaDescriptor{operand.data().desc_.desc_ + int64_t{offset}}},
+                       step.layout());
+  } else {
+    return operand(_, _, k);
+  }
+}
+
 // Issues one warpgroup GEMM (all K-steps) and commits it as one batch; the caller waits.
 template <bool kZeroInit, class TiledMma, class TensorA, class TensorB, class TensorC>
 CUTE_DEVICE void issue_warpgroup_gemm(TiledMma& mma, TensorA const& a, TensorB const& b, TensorC& c) {
@@ -21,7 +38,7 @@ CUTE_DEVICE void issue_warpgroup_gemm(TiledMma& mma, TensorA const& a, TensorB c
   mma.accumulate_ = kZeroInit ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
   CUTE_UNROLL
   for (int k = 0; k < size<2>(a); ++k) {
-    gemm(mma, a(_, _, k), b(_, _, k), c);
+    gemm(mma, k_step_operand(a, k), k_step_operand(b, k), c);
     mma.accumulate_ = GMMA::ScaleOut::One;
   }
   warpgroup_commit_batch();
