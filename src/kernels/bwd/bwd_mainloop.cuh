@@ -358,9 +358,20 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
   // (four 8x8 tiles a warp) per instruction. An element-wise copy through the swizzled layout
   // compiled to a 4-byte generic store per register, each with a 64-bit address of its own (32
   // stores and their address registers per block at d64).
+  // The destination's swizzle acts on offsets within one stage (CuTe's position-independent
+  // form) and a stage is a pointer offset, so this thread's swizzled offsets are the same every
+  // block. Swizzled through the pointer (CuTe's default for shared memory), the stage being a
+  // runtime coordinate, every block recomputed each 64-bit address and its XOR: six instructions
+  // per stmatrix, 48 per block at d64, whose kernels then spilled in the loop.
   auto score_store = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
   auto thr_score_store = score_store.get_thread_slice(thread);
-  cute::Tensor tdSsdS = thr_score_store.partition_D(Smem::ds(smem));  // (CPY, CPY_N, CPY_M, PIPE)
+  constexpr int kScoreStageElements = typename Traits::SmemLayoutDS{}.layout_b()(0, 0, 1);
+  static_assert(kScoreStageElements * sizeof(Element) % 1024 == 0,
+                "a stage is whole swizzle periods (1024 bytes), so it moves the swizzled layout as a whole");
+  auto stage_of = [&](auto const& stage0, int stage) {
+    return make_tensor(stage0.data() + stage * kScoreStageElements, stage0.layout());
+  };
+  cute::Tensor tdSsdS = thr_score_store.partition_D(as_position_independent_swizzle_tensor(Smem::ds(smem)(_, _, 0)));
 
   // (key, query) of every score entry this thread holds, relative to the tile.
   cute::Tensor cS = thr_sdp.partition_C(make_identity_tensor(Shape<BlockN, BlockM>{}));
@@ -450,15 +461,15 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
           issue_warpgroup_gemm</*kZeroInit=*/true>(mma_dq, tdQrdS(_, _, _, stage), tdQrKt, tdQrdQ);
         };
         if constexpr (Traits::kSplitQueries) {
-          cute::Tensor tPsP = thr_score_store.partition_D(Smem::p(smem));
+          cute::Tensor tPsP = thr_score_store.partition_D(as_position_independent_swizzle_tensor(Smem::p(smem)(_, _, 0)));
           cute::Tensor tdVsP = wg_dv.partition_fragment_A(Smem::p(smem));  // (MMA, MMA_N, MMA_M, PIPE)
           cute::Tensor tdKsdS = wg_dk.partition_fragment_A(Smem::ds(smem));
           convert_fragment(tSrS, rP);
-          copy(score_store, thr_score_store.retile_S(rP), tPsP(_, _, _, stage));
+          copy(score_store, thr_score_store.retile_S(rP), stage_of(tPsP, stage));
           warpgroup_wait<0>();  // dP^T
           compute_ds(dpsum, lse_log2);
           wait_until_scores_read();
-          copy(score_store, thr_score_store.retile_S(rdS), tdSsdS(_, _, _, stage));
+          copy(score_store, thr_score_store.retile_S(rdS), stage_of(tdSsdS, stage));
           publish_scores();
           issue_warpgroup_gemm</*kZeroInit=*/false>(mma_dv, tdVsP(_, _, _, stage), tdVrdOt(_, _, _, stage), tdVrdV);
           issue_warpgroup_gemm</*kZeroInit=*/false>(mma_dk, tdKsdS(_, _, _, stage), tdKrQt(_, _, _, stage), tdKrdK);
@@ -482,7 +493,7 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
           }
           if constexpr (!Traits::kDqBeforeDk) issue_dk();
           wait_until_scores_read();
-          copy(score_store, thr_score_store.retile_S(rdS), tdSsdS(_, _, _, stage));
+          copy(score_store, thr_score_store.retile_S(rdS), stage_of(tdSsdS, stage));
           publish_scores();
           issue_dq();
           if constexpr (Traits::kDqBeforeDk) issue_dk();
