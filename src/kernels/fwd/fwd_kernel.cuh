@@ -1,7 +1,7 @@
 // The forward kernel: warp roles, shared storage and barrier setup. One persistent CTA per SM;
-// warpgroup 0 is the producer (one warp issues TMA, one publishes the tiles, with FP8 inputs the
-// other two transpose V; the group gives registers back), warpgroups 1.. are the consumers (64
-// query rows each, they take the registers).
+// warpgroup 0 is the producer (one warp issues TMA, one publishes the tiles, the other two help
+// gather small pages or, with FP8 inputs, transpose V; the group gives registers back),
+// warpgroups 1.. are the consumers (64 query rows each, they take the registers).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -42,6 +42,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     smem.q_full.init(/*arrive_count=*/2);  // the producer's and the publisher's
     smem.q_released.init(Traits::kQueryReleaseArrivals);
     for (auto& b : smem.scheduled_full) b.init(/*arrive_count=*/1);  // the publisher's
+    for (auto& b : smem.slot_read) b.init(/*arrive_count=*/kGatherWarps - 1);  // the gather helpers'
     if constexpr (Traits::kFp8) {
       for (auto& b : smem.v_rows_full) b.init(/*arrive_count=*/1);  // the producer's
       for (auto& b : smem.v_rows_empty) b.init(kFp8TransposerThreads);
@@ -75,6 +76,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (warp == 1) forward_tile_publisher<Traits>(params, smem);
     if constexpr (Traits::kFp8) {
       if (warp >= 2) fp8_v_transposer<Traits>(smem);
+    }
+    // Warps 2 and 3 help gather key blocks of small pages (kGatherWarps) and return at once
+    // otherwise: ranks 1 and 2 beside the producer's 0.
+    if constexpr (Traits::kLoadsSmallPages) {
+      if (warp >= 2) forward_producer<Traits, /*kGatherHelper=*/true>(params, smem, pipeline_k, pipeline_v, warp - 1);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();

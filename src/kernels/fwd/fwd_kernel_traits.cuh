@@ -145,6 +145,8 @@ struct ForwardKernelTraits {
     ForwardTile tiles[kPublishedTileSlots];          // published tiles, in turn
     ScheduledTile scheduled[kPublishedTileSlots];    // and what the schedule said of each
     cutlass::arch::ClusterBarrier scheduled_full[kPublishedTileSlots];  // its entry of `scheduled` is in
+    // With gathered key blocks: both helper warps have read the slot (forward_producer).
+    cutlass::arch::ClusterBarrier slot_read[kPublishedTileSlots];
     // Whether the producer met a page outside a paged KV cache while loading the tile: its rows
     // are then NaN. Written before the arrivals on the tile's K/V stages, read after the last wait.
     int page_faults[kPublishedTileSlots];

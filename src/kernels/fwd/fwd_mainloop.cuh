@@ -104,15 +104,22 @@ CUTE_DEVICE ScheduledTile next_scheduled_tile(const ForwardParams<Traits>& param
 template <class Traits>
 CUTE_DEVICE void forward_tile_publisher(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem) {
   const int total_tiles = params.scheduler.total_tiles();
+  const bool helpers = Traits::kLoadsSmallPages && params.problem.key_cache.gather;  // kGatherWarps
   const bool leader = cute::elect_one_sync();
   int slot = 0;
   for (int round = 0;; ++round) {
     const ScheduledTile scheduled = next_scheduled_tile(params, round);
     const bool done = scheduled.linear >= total_tiles;
     // The slot last held the tile three back, whose epilogue every consumer finished before
-    // releasing the tile two back, i.e. before this warp last waited below.
+    // releasing the tile two back, i.e. before this warp last waited below; with gathered blocks
+    // the helper warps must also have read it (forward_producer).
+    if (helpers && round >= kPublishedTileSlots) {
+      smem.slot_read[slot].wait((round / kPublishedTileSlots - 1) & 1);
+    }
     if (leader) {
       smem.scheduled[slot] = scheduled;
+      // Cleared here, before any gathering warp can read the slot and raise it (forward_producer).
+      smem.page_faults[slot] = 0;
       // mbarrier.arrive has release semantics; CUTLASS's barrier asm has no memory clobber, so
       // keep the compiler from sinking the stores past it (here and below).
       asm volatile("" ::: "memory");
@@ -131,9 +138,15 @@ CUTE_DEVICE void forward_tile_publisher(const ForwardParams<Traits>& params, typ
   }
 }
 
-// The arrivals that complete a stage of gathered keys: each producer lane's, when its copies are
-// done (cp.async.mbarrier.arrive.noinc), and the leader's once every lane stored its fault flag.
-inline constexpr int kGatherFullArrivals = cutlass::NumThreadsPerWarp + 1;
+// Gathered key blocks are copied by warps 0, 2 and 3 of the producer warpgroup (warp 1 publishes
+// the tiles), each taking every third pass of 16 rows (gather_key_block): one warp's copies
+// limited the gathered rate (page-1 decode, 32/8 d128 on the H100: 0.69-0.78 TB/s with one warp,
+// 1.17-1.64 with three).
+// The arrivals that complete a stage: each gathering lane's, when its copies are done
+// (cp.async.mbarrier.arrive.noinc), and each gathering warp's leader's once its lanes stored their
+// fault flags.
+inline constexpr int kGatherWarps = 3;
+inline constexpr int kGatherFullArrivals = kGatherWarps * (cutlass::NumThreadsPerWarp + 1);
 
 // Key block n of a paged KV cache whose pages hold neither whole key blocks nor whole boxes of
 // kPageBoxRows keys (or whose keys start inside a page), row by row with
@@ -147,13 +160,15 @@ inline constexpr int kGatherFullArrivals = cutlass::NumThreadsPerWarp + 1;
 // TB/s at page sizes 1-64 on the H100), and the rows' own lookups, one branch each, which ptxas
 // serialised into one latency per 32 rows (0.68-0.91 TB/s on the H200). This form: 0.89-0.96 TB/s
 // at page sizes 1-64 where K+V reach 256 MiB, 0.29-0.32 of the contiguous cache (H100, decode
-// 32/8 d128, bench/compare.py decode --quick): the copies, not the lookups, limit it. The row loop is not unrolled: unrolled, the copies
-// of all rows spilled the producer's 24 registers. `chunk_at(row, column)` is the shared memory
+// 32/8 d128, bench/compare.py decode --quick): the copies, not the lookups, limit it, so the
+// gathering warps share a block's passes, warp `rank` of kGatherWarps taking every kGatherWarps-th.
+// The row loop is not unrolled: unrolled, the copies of all rows spilled the producer's 24
+// registers. `chunk_at(row, column)` is the shared memory
 // address of a chunk; a row has kColumns columns in shared memory (the kernel's head dim of K or
 // V), `columns` of them real.
 template <class Traits, int kColumns, class ChunkAt>
 CUTE_DEVICE void gather_key_block(const ForwardParams<Traits>& params, const RowTensor& src, int columns,
-                                  const ForwardTile& t, int n, ChunkAt chunk_at, int& fault) {
+                                  const ForwardTile& t, int n, int rank, ChunkAt chunk_at, int& fault) {
   using Element = typename Traits::Element;
   constexpr int kChunkElements = 16 / sizeof(Element);
   constexpr int kChunksPerRow = kColumns / kChunkElements;
@@ -176,7 +191,7 @@ CUTE_DEVICE void gather_key_block(const ForwardParams<Traits>& params, const Row
     held[j] = e < g.entries ? gathered_page(cache, t, g, e) : -1;
   }
 #pragma unroll 1
-  for (int pass = 0; pass < Traits::kBlockN; pass += kRowsPerPass) {
+  for (int pass = rank * kRowsPerPass; pass < Traits::kBlockN; pass += kGatherWarps * kRowsPerPass) {
     const int r = pass + lane / kLanesPerRow;
     const int e = g.entry(r, cache.page_size);
     // One shuffle per entry register and a select, rather than a computed index into `held`
@@ -203,9 +218,13 @@ CUTE_DEVICE void gather_key_block(const ForwardParams<Traits>& params, const Row
   }
 }
 
-template <class Traits>
+// kGatherHelper: warps 2 and 3 (gather_rank 1 and 2) walk the producer's tiles and blocks with
+// gathered key blocks, copying their share of each block's rows, and return at once otherwise; a
+// template parameter, so that the producer's own code (and its 24 registers) stays as it was.
+template <class Traits, bool kGatherHelper = false>
 CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem,
-                                  typename Traits::Pipeline& pipeline_k, typename Traits::Pipeline& pipeline_v) {
+                                  typename Traits::Pipeline& pipeline_k, typename Traits::Pipeline& pipeline_v,
+                                  int gather_rank = 0) {
   using namespace cute;
   using Smem = ForwardSmemTensors<Traits>;
   cute::Tensor sQ = Smem::q(smem);
@@ -219,9 +238,12 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   auto state_k = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   auto state_v = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   cutlass::PipelineState<Traits::kFp8 ? Traits::kVRowStages : 1> v_rows_state(0, 1, 0);  // FP8: producer of v_rows
-  const bool leader = threadIdx.x == 0;
   const bool gather = Traits::kLoadsSmallPages && params.problem.key_cache.gather;
-  const bool boxes = Traits::kLoadsSmallPages && params.problem.key_cache.page_box_rows > 0;
+  constexpr bool helper = kGatherHelper;
+  if (helper && !gather) return;
+  const int rank = helper ? gather_rank : 0;
+  const bool leader = threadIdx.x % cutlass::NumThreadsPerWarp == 0;
+  const bool boxes = !helper && Traits::kLoadsSmallPages && params.problem.key_cache.page_box_rows > 0;
   const bool wide_boxes = params.problem.key_cache.page_box_rows == kWidePageBoxRows;
   const int total_tiles = params.scheduler.total_tiles();
   int round = 0;
@@ -231,6 +253,14 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     smem.scheduled_full[slot].wait(scheduled_phase);
     asm volatile("" ::: "memory");  // the read of the slot stays after the wait (acquire)
     const ScheduledTile scheduled = smem.scheduled[slot];
+    // A helper has read the slot: the publisher waits for that before it reuses the slot. The
+    // producer needs no such arrival (no tile is released before its Q, which the producer loads
+    // after reading the slot), but the consumers release tiles without keys while a helper may
+    // still copy an earlier tile's V.
+    if constexpr (helper) {
+      __syncwarp();  // every lane's read before the arrival
+      if (cute::elect_one_sync()) smem.slot_read[slot].arrive();
+    }
     const int tile_slot = slot;
     slot = next_published_tile_slot(slot);
     if (slot == 0) scheduled_phase ^= 1;
@@ -239,6 +269,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     // it runs a tile or more ahead, and of the tile it keeps only what its loads need.
     const ForwardTile t = make_forward_tile(params, scheduled);
     if (t.n_blocks.empty()) {  // the consumers write it without loads, once q_full completes
+      if constexpr (helper) continue;
       wait_query_released_before<Traits>(smem, round);
       if (leader) smem.q_full.arrive();
       continue;
@@ -276,13 +307,10 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
           tma_partition(v_tma, _0{}, Layout<_1>{}, group_modes<0, 2>(sVtBox), group_modes<0, 2>(gVtBox)));
     };
 
-    // The fault flag of this tile's slot: set before the arrivals on its stages, so that the
-    // consumers, who read it after their last wait, see it. The slot's previous tile (three
-    // back) finished its epilogue before the consumers released the tile before this one, which
-    // this warp waited for in its previous round.
+    // The fault flag of this tile's slot (cleared by the publisher before it published the slot):
+    // set before the arrivals on its stages, so that the consumers, who read it after their last
+    // wait, see it.
     int fault = 0;  // gathered rows: whether this lane met a page outside the cache in this tile
-    if (leader) smem.page_faults[tile_slot] = 0;
-    __syncwarp();  // before any lane's store of a fault
     // A block's boxes: each has a lane, which looks up its page (one table latency a block) and,
     // once the stage is free, issues its copy.
     auto load_boxes = [&](auto& pipeline, auto& state, auto const& box_tma, auto const& copies, int boxes_per_block,
@@ -332,10 +360,10 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
         } else {
           load_in(Int<kPageBoxRows>{}, params.tma_k_box, params.tma_vt_box);
         }
-      } else if (gather) {
+      } else if (helper || gather) {  // (a helper only runs with gathered blocks)
         storage.empty_barrier_[state.index()].wait(state.phase());
         gather_key_block<Traits, decltype(kColumns)::value>(
-            params, rows, columns, t, n, [&](int r, int c) { return chunk_at(r, c, state.index()); }, fault);
+            params, rows, columns, t, n, rank, [&](int r, int c) { return chunk_at(r, c, state.index()); }, fault);
         if (fault) smem.page_faults[tile_slot] = 1;
         cutlass::arch::cpasync_barrier_arrive_noinc(
             reinterpret_cast<uint64_t const*>(&storage.full_barrier_[state.index()]));
@@ -382,13 +410,15 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
       }
     };
     load_k(t.n_blocks.end - 1);  // while the consumers may still be in the previous tile's epilogue
-    wait_query_released_before<Traits>(smem, round);  // sQ holds the previous tile's Q until then
-    if (params.pack > 1) {
-      // The consumers load this tile's Q themselves (load_packed_query).
-      if (leader) smem.q_full.arrive();
-    } else if (leader) {
-      smem.q_full.arrive_and_expect_tx(Traits::kQBytes);
-      copy(params.tma_q.with(reinterpret_cast<uint64_t&>(smem.q_full)), tQgQ, tQsQ);
+    if constexpr (!helper) {  // Q is the producer's alone
+      wait_query_released_before<Traits>(smem, round);  // sQ holds the previous tile's Q until then
+      if (params.pack > 1) {
+        // The consumers load this tile's Q themselves (load_packed_query).
+        if (leader) smem.q_full.arrive();
+      } else if (leader) {
+        smem.q_full.arrive_and_expect_tx(Traits::kQBytes);
+        copy(params.tma_q.with(reinterpret_cast<uint64_t&>(smem.q_full)), tQgQ, tQsQ);
+      }
     }
     if constexpr (Traits::kKeysAhead) {  // see ForwardTileShape
       for (int n = t.n_blocks.end - 1; n > t.n_blocks.begin; --n) {
@@ -405,8 +435,10 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     }
   }
   // The end marker's q_full phase takes the producer's arrival too, once the last tile is released.
-  wait_query_released_before<Traits>(smem, round);
-  if (leader) smem.q_full.arrive();
+  if constexpr (!helper) {
+    wait_query_released_before<Traits>(smem, round);
+    if (leader) smem.q_full.arrive();
+  }
   if constexpr (Traits::kFp8) {  // the transposers' end marker, in the next v_rows stage
     smem.v_rows_empty[v_rows_state.index()].wait(v_rows_state.phase());
     if (leader) {
