@@ -239,11 +239,9 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   auto state_v = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   cutlass::PipelineState<Traits::kFp8 ? Traits::kVRowStages : 1> v_rows_state(0, 1, 0);  // FP8: producer of v_rows
   const bool gather = Traits::kLoadsSmallPages && params.problem.key_cache.gather;
-  constexpr bool helper = kGatherHelper;
-  if (helper && !gather) return;
-  const int rank = helper ? gather_rank : 0;
+  if (kGatherHelper && !gather) return;
   const bool leader = threadIdx.x % cutlass::NumThreadsPerWarp == 0;
-  const bool boxes = !helper && Traits::kLoadsSmallPages && params.problem.key_cache.page_box_rows > 0;
+  const bool boxes = !kGatherHelper && Traits::kLoadsSmallPages && params.problem.key_cache.page_box_rows > 0;
   const bool wide_boxes = params.problem.key_cache.page_box_rows == kWidePageBoxRows;
   const int total_tiles = params.scheduler.total_tiles();
   int round = 0;
@@ -257,7 +255,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     // producer needs no such arrival (no tile is released before its Q, which the producer loads
     // after reading the slot), but the consumers release tiles without keys while a helper may
     // still copy an earlier tile's V.
-    if constexpr (helper) {
+    if constexpr (kGatherHelper) {
       __syncwarp();  // every lane's read before the arrival
       if (cute::elect_one_sync()) smem.slot_read[slot].arrive();
     }
@@ -269,7 +267,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     // it runs a tile or more ahead, and of the tile it keeps only what its loads need.
     const ForwardTile t = make_forward_tile(params, scheduled);
     if (t.n_blocks.empty()) {  // the consumers write it without loads, once q_full completes
-      if constexpr (helper) continue;
+      if constexpr (kGatherHelper) continue;
       wait_query_released_before<Traits>(smem, round);
       if (leader) smem.q_full.arrive();
       continue;
@@ -360,10 +358,10 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
         } else {
           load_in(Int<kPageBoxRows>{}, params.tma_k_box, params.tma_vt_box);
         }
-      } else if (helper || gather) {  // (a helper only runs with gathered blocks)
+      } else if (kGatherHelper || gather) {  // (a helper only runs with gathered blocks)
         storage.empty_barrier_[state.index()].wait(state.phase());
         gather_key_block<Traits, decltype(kColumns)::value>(
-            params, rows, columns, t, n, rank, [&](int r, int c) { return chunk_at(r, c, state.index()); }, fault);
+            params, rows, columns, t, n, gather_rank, [&](int r, int c) { return chunk_at(r, c, state.index()); }, fault);
         if (fault) smem.page_faults[tile_slot] = 1;
         cutlass::arch::cpasync_barrier_arrive_noinc(
             reinterpret_cast<uint64_t const*>(&storage.full_barrier_[state.index()]));
@@ -410,7 +408,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
       }
     };
     load_k(t.n_blocks.end - 1);  // while the consumers may still be in the previous tile's epilogue
-    if constexpr (!helper) {  // Q is the producer's alone
+    if constexpr (!kGatherHelper) {  // Q is the producer's alone
       wait_query_released_before<Traits>(smem, round);  // sQ holds the previous tile's Q until then
       if (params.pack > 1) {
         // The consumers load this tile's Q themselves (load_packed_query).
@@ -435,7 +433,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     }
   }
   // The end marker's q_full phase takes the producer's arrival too, once the last tile is released.
-  if constexpr (!helper) {
+  if constexpr (!kGatherHelper) {
     wait_query_released_before<Traits>(smem, round);
     if (leader) smem.q_full.arrive();
   }
