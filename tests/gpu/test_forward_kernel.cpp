@@ -107,9 +107,11 @@ Status forward_in_graph(const AttentionCase& c, const Outputs& out, size_t* byte
 
 // The same forward, captured into a CUDA graph on a side stream and replayed, gives bitwise the
 // direct result: nothing in forward() synchronizes, allocates or copies to the host. The direct
-// call runs the static schedule, the graph the dynamic one (its counter reset on every replay).
+// call runs the static schedule, the graph the dynamic one (its counter reset on every replay),
+// which takes more tiles than CTAs: 64 heads of 4 query blocks.
 TEST_F(ForwardKernel, CapturedInCudaGraphMatchesDirectCall) {
   CaseSpec spec;
+  spec.heads = spec.heads_kv = 64;
   spec.head_dim = 128;
   spec.causal = true;
   spec.varlen_seqlens_q = {100, 0, 300};

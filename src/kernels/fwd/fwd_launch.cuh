@@ -58,7 +58,9 @@ TailSplit forward_tail_split(const Problem& p, const ForwardSplitPlan& layout, c
 
 // What the kernel does for `p` on `device`, with or without a workspace: packed heads (either
 // way); with one, key splits, the split tail where every tile has the same key blocks, and the
-// dynamic schedule where tile lengths vary (a mask or varlen).
+// dynamic schedule where tile lengths vary (a mask or varlen) and there are more tiles (pieces of
+// split tiles) than CTAs. With no more than one each there is nothing to balance, and the static
+// schedule needs no counter, so no reset kernel: 2.2 us of a 32/1 decode step of about 33 (H100).
 struct ForwardWorkspacePlan {
   ForwardSplitPlan layout;
   TailSplit tail;
@@ -73,7 +75,9 @@ ForwardWorkspacePlan forward_workspace_plan(const Problem& p, const DeviceLimits
   plan.layout = forward_split_plan<Traits>(p, device, workspace);
   if (!workspace) return plan;
   plan.tail = forward_tail_split<Traits>(p, plan.layout, device);
-  plan.dynamic = !p.mask.unbounded() || !p.uniform_lengths();
+  const long long pieces = static_cast<long long>(forward_m_blocks(p.max_seqlen_q, plan.layout.pack, Traits::kBlockM)) *
+                          (p.heads / plan.layout.pack) * p.batch * plan.layout.splits;
+  plan.dynamic = (!p.mask.unbounded() || !p.uniform_lengths()) && pieces > persistent_ctas(device);
   return plan;
 }
 
@@ -179,7 +183,11 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   // Under a mask tile lengths vary. With a workspace the CTAs take tiles from a counter (dynamic
   // schedule), in L2 sections of equal length: heads whose K/V fit in half of L2, at least 4
   // rounds of the grid a section. Measured at d128 against one global longest-first order
-  // (docs/perf-log.md): causal 4k +6%, 8k +4%, 16k +2.5%. Without one the static zig-zag balances
+  // (docs/perf-log.md): causal 4k +6%, 8k +4%, 16k +2.5%. Where heads have at most
+  // kFewQueryBlocks query blocks, one round: 4 rounds held more K/V than L2 (causal 512 d256,
+  // batch 32: 433 MB from HBM against 268 MB of inputs and output, ncu on the H100), and one
+  // round measured 0.66 -> 0.87 of cuDNN there (1k: 0.88 -> 0.95), but lost 2-6% from 2k up,
+  // where each head's K/V is read by many more tiles. Without one the static zig-zag balances
   // the CTAs only where lengths fall steadily over a few rounds, so it keeps one global order where
   // at least 2 CTAs share each (batch, head) pair, and sections spanning whole rounds otherwise.
   const int ctas = persistent_ctas(device);
@@ -202,12 +210,13 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
     return params;
   }
   constexpr long long kMinCtasPerPair = 2;
-  constexpr long long kMinMaskedRounds = 4;
+  constexpr int kFewQueryBlocks = 8;
+  const long long min_masked_rounds = plan.dynamic && num_m_blocks <= kFewQueryBlocks ? 1 : 4;
   const bool global_order = !plan.dynamic && ctas >= kMinCtasPerPair * static_cast<long long>(tile_heads) * p.batch;
   const long long kv_bytes_per_head =
       static_cast<long long>(p.max_seqlen_k) * (Traits::kHeadDim + Traits::kHeadDimV) * sizeof(Element);
   const long long kv_heads = global_order ? 0 : TileScheduler::kv_heads_within(device.l2_bytes / 2, kv_bytes_per_head);
-  params.scheduler = TileScheduler::make(num_m_blocks, tile_heads, p.batch, group, kv_heads, kMinMaskedRounds * ctas,
+  params.scheduler = TileScheduler::make(num_m_blocks, tile_heads, p.batch, group, kv_heads, min_masked_rounds * ctas,
                                          /*equal_sections=*/plan.dynamic);
   params.scheduler.key_splits = layout.splits;
   return params;
@@ -253,12 +262,17 @@ cudaError_t launch_forward_grid(const Problem& problem, const ForwardParams<Trai
   if (params.scheduler.key_splits == 1) return cudaSuccess;
   // The pieces' partials into O and LSE; the combine kernel's CTAs start as the forward's finish
   // and wait for all of them before reading. Its grid fits (fwd_split_plan.hpp checks).
-  using Combine = SplitCombineShape<Traits>;
-  const long long row_blocks =
-      (static_cast<long long>(problem.max_seqlen_q) * problem.heads + Combine::kRows - 1) / Combine::kRows;
-  return launch_overlapping_previous(&combine_key_splits_kernel<Traits>,
-                                     dim3(static_cast<unsigned>(row_blocks * problem.batch)), dim3(Combine::kThreads), 0,
-                                     stream, params, static_cast<int>(row_blocks));
+  constexpr int kRows = SplitCombineShape<Traits>::kRows;
+  const long long row_blocks = (static_cast<long long>(problem.max_seqlen_q) * problem.heads + kRows - 1) / kRows;
+  const dim3 combine_grid(static_cast<unsigned>(row_blocks * problem.batch));
+  if (row_blocks * problem.batch < ctas) {
+    return launch_overlapping_previous(&combine_key_splits_kernel<Traits, true>, combine_grid,
+                                       dim3(SplitCombineShape<Traits, true>::kThreads), 0, stream, params,
+                                       static_cast<int>(row_blocks));
+  }
+  return launch_overlapping_previous(&combine_key_splits_kernel<Traits, false>, combine_grid,
+                                     dim3(SplitCombineShape<Traits, false>::kThreads), 0, stream, params,
+                                     static_cast<int>(row_blocks));
 }
 
 template <class Traits, ScoreVariant kScores>

@@ -21,10 +21,18 @@
 
 namespace hopattn {
 
-template <class Traits>
+// kWideCtas: where the combine has fewer CTAs than SMs (decode at batch 1; MQA: 32 rows, 8 CTAs),
+// more warps share each CTA's pieces, since each warp's rounds are one memory latency each: with 4
+// warps the combine took 12.8 us of a 32/1 decode step's ~35 (128 pieces, 8 rounds a warp; H100,
+// ncu). Where there are CTAs enough, 4 warps: 16 were 9% slower (32/1, batch 16, 4 queries).
+template <class Traits, bool kWideCtas = false>
 struct SplitCombineShape {
-  static constexpr int kWarps = ForwardSplitModel::kCombineRowsPerCta;
-  static constexpr int kRows = kWarps;  // output rows per CTA: one per warp in the first step
+  static constexpr int kRows = ForwardSplitModel::kCombineRowsPerCta;  // output rows per CTA
+  // Wide: 16 warps at head dim 128, 8 elsewhere, so that the warps' partial sums stay within 32 KB
+  // of shared memory and each thread within its share of the registers (at 512 threads ptxas
+  // spilled the d64 kernel's 64 loads of a round).
+  static constexpr int kWarps = !kWideCtas ? kRows : Traits::kHeadDimV == 128 ? 16 : 8;
+  static_assert(kWarps >= kRows, "the first and last steps take a row per warp");
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kColumnsPerLane = Traits::kHeadDimV / 32;  // lane l: columns l, l + 32, ...
   static_assert(Traits::kHeadDimV % 32 == 0, "a warp covers a row in steps of 32 columns");
@@ -51,10 +59,10 @@ CUTE_DEVICE LogSumExp warp_merge(LogSumExp acc) {
 // Grid: one CTA per kRows output rows of each sequence, blockIdx.x = batch * row_blocks + block,
 // row_blocks = ceil(max_seqlen_q * heads / kRows). Output row i of a sequence is (query i / heads,
 // head i % heads); rows past the sequence's queries are not written, as in the forward.
-template <class Traits>
-__global__ void __launch_bounds__(SplitCombineShape<Traits>::kThreads)
+template <class Traits, bool kWideCtas>
+__global__ void __launch_bounds__(SplitCombineShape<Traits, kWideCtas>::kThreads)
     combine_key_splits_kernel(CUTE_GRID_CONSTANT ForwardParams<Traits> const params, int row_blocks) {
-  using Shape = SplitCombineShape<Traits>;
+  using Shape = SplitCombineShape<Traits, kWideCtas>;
   using Element = typename Traits::OutputElement;  // O's
   constexpr int kWarps = Shape::kWarps;
   constexpr int kRows = Shape::kRows;
@@ -82,9 +90,9 @@ __global__ void __launch_bounds__(SplitCombineShape<Traits>::kThreads)
     return split_output_row(p, batch, seq.offset, i / p.heads, i % p.heads);
   };
 
-  // 1. Row `warp`'s merged LSE (-inf where no piece saw a key). An attention sink is one more
-  // piece, without O: its share only shrinks the others' weights.
-  if (first + warp < rows_in_sequence) {
+  // 1. Row `warp`'s merged LSE (-inf where no piece saw a key); wide CTAs' warps past kRows have
+  // no row. An attention sink is one more piece, without O: its share only shrinks the others' weights.
+  if (warp < kRows && first + warp < rows_in_sequence) {
     const long long row = row_index(warp);
     LogSumExp merged;
     for (int s = lane; s < splits; s += 32) merged.add(__ldcg(params.split_lse + s * piece_rows + row));
@@ -147,7 +155,7 @@ __global__ void __launch_bounds__(SplitCombineShape<Traits>::kThreads)
   __syncthreads();
 
   // 3. Row `warp`: the warps' sums in warp order, then O and LSE.
-  if (first + warp >= rows_in_sequence) return;
+  if (warp >= kRows || first + warp >= rows_in_sequence) return;
   const int i = first + warp;
   const long long token = seq.offset + i / p.heads;
   const int head = i % p.heads;
