@@ -48,7 +48,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
     if (warp == 0) backward_producer<Traits>(params, smem, pipeline_q, pipeline_do, t);
-    if (warp == 1) backward_dq_writer<Traits, kDeterministic>(params, smem, t);
+    // dQ writers: warp 1, or in deterministic mode warps 1 .. kDeterministicDqWriters.
+    constexpr int kWriters = kDeterministic ? Traits::kDeterministicDqWriters : 1;
+    static_assert(Traits::kMmaWarpgroups <= BackwardWorkspace::kDqShares, "a semaphore for each writer's shares");
+    if (warp >= 1 && warp <= kWriters) {
+      constexpr int kShares = Traits::kMmaWarpgroups / kWriters;
+      backward_dq_writer<Traits, kDeterministic>(params, smem, t, (warp - 1) * kShares, kShares);
+    }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kMmaRegisters>();
     backward_mma<Traits, kDeterministic, kScores>(params, smem, pipeline_q, pipeline_do, t);

@@ -175,6 +175,14 @@ struct BackwardKernelTraits {
   // warp and that warpgroup), so a warpgroup never waits for the other's handoff.
   static constexpr int kDqFloatsPerWarpgroup = kBlockM * kHeadDim / kMmaWarpgroups;
   static constexpr uint32_t kDqHandoffThreads = cutlass::NumThreadsPerWarpGroup + cutlass::NumThreadsPerWarp;
+  // Deterministic mode: writer warps, each with the shares of kMmaWarpgroups / writers warpgroups
+  // and a semaphore (a turn) of its own per query block. One warp's turn a block (wait for it, add,
+  // wait until the sums are in, hand it on) took ~2.4 us at d128 against the MMA warpgroups' 2.0
+  // (a clock trace, H100), so it set every CTA's pace; a warp per share: deterministic d128 / d256
+  // and GQA +4-13% (docs/perf-log.md, thirty-first session). With 128-row blocks (d64) the one
+  // warp kept up, and two lost 4-6% at 16k.
+  static constexpr int kDeterministicDqWriters = kBlockM == 64 ? kMmaWarpgroups : 1;
+  static_assert(kMmaWarpgroups % kDeterministicDqWriters == 0, "writers share the warpgroups evenly");
   // Where accumulator value i of MMA thread `thread` sits in a staged block: its warpgroup's share,
   // then groups of four values per thread, so that each thread moves 16 bytes at a time and a
   // warp's accesses are contiguous. The main kernel stores and the postprocess reads in this order.

@@ -191,9 +191,13 @@ CUTE_DEVICE void reduce_add2(float* global, float a, float b) {
 // first query block is no earlier than a lower one's: the key block that must add before n reached
 // m no later than n did, and the key blocks of a head rarely wait (in ascending order they formed
 // a wavefront, each waiting for the previous one at every query block).
+//
+// The warp writes the dQ shares of MMA warpgroups [first_share, first_share + shares); in
+// deterministic mode they keep their order on the semaphore of the first (Traits::
+// kDeterministicDqWriters says how many writer warps share a block).
 template <class Traits, bool kDeterministic>
 CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typename Traits::SharedStorage& smem,
-                                    const BackwardTile& t) {
+                                    const BackwardTile& t, int first_share, int shares) {
   using namespace backward_detail;
   constexpr int kShareBytes = Traits::kDqFloatsPerWarpgroup * sizeof(float);
   const BackwardWorkspace& ws = params.workspace;
@@ -210,7 +214,8 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
   auto announce_empty = [&](int warpgroup) {
     cutlass::arch::NamedBarrier::arrive(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqEmpty0, warpgroup));
   };
-  for (int wg = 0; wg < Traits::kMmaWarpgroups && blocks > 0; ++wg) announce_empty(wg);
+  const int end_share = first_share + shares;
+  for (int wg = first_share; wg < end_share && blocks > 0; ++wg) announce_empty(wg);
   int done = 0;
   for (int g = t.first_head; g < t.end_head; ++g) {
     const int head = t.head_kv * group + g;
@@ -218,23 +223,23 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
     for (int m = t.m_blocks.begin; m < t.m_blocks.end; ++m) {
       const long long row = first_row + static_cast<long long>(m) * Traits::kBlockM;
       float* dq = ws.dq_accum + row * ws.head_dim;
-      int32_t* semaphore = ws.semaphore(row);
+      int32_t* semaphore = ws.dq_share_semaphore(row, first_share);
       const bool last = done + 1 == blocks;
       if constexpr (kDeterministic) {
         // A key block's turn at a query block comes after the previous key block's sums are in, so
         // the time from one turn to the next is on the query block's critical path: the writer
-        // waits for the turn before the staging buffers fill, adds both warpgroups' shares back to
-        // back and hands the turn on with one release.
+        // waits for the turn before the staging buffers fill, adds its shares back to back and
+        // hands the turn on with one release.
         if (lane0) {
           const int order =
               n_block_range(p.mask, m, Traits::kBlockM, Traits::kBlockN, t.seqlen_q, t.seqlen_k).end - 1 - t.n_block;
           while (load_acquire(semaphore) != order) __nanosleep(32);
         }
         __syncwarp();
-        for (int wg = 0; wg < Traits::kMmaWarpgroups; ++wg) {
+        for (int wg = first_share; wg < end_share; ++wg) {
           cutlass::arch::NamedBarrier::sync(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqFull0, wg));
           if (lane0) {
-            if (wg == 0) asm volatile("fence.proxy.async.global;\n" ::: "memory");
+            if (wg == first_share) asm volatile("fence.proxy.async.global;\n" ::: "memory");
             const int offset = wg * Traits::kDqFloatsPerWarpgroup;
             bulk_reduce_add(dq + offset, smem.dq.data() + offset, kShareBytes);
             bulk_commit();
@@ -242,13 +247,13 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
         }
         if (lane0) bulk_wait_read();
         __syncwarp();
-        for (int wg = 0; wg < Traits::kMmaWarpgroups && !last; ++wg) announce_empty(wg);
+        for (int wg = first_share; wg < end_share && !last; ++wg) announce_empty(wg);
         if (lane0) {  // the next key block may add once these sums are in
           bulk_wait_complete();
           release_add(semaphore, 1);
         }
       } else {
-        for (int wg = 0; wg < Traits::kMmaWarpgroups; ++wg) {
+        for (int wg = first_share; wg < end_share; ++wg) {
           cutlass::arch::NamedBarrier::sync(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqFull0, wg));
           if (lane0) {
             const int offset = wg * Traits::kDqFloatsPerWarpgroup;

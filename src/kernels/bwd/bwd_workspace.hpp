@@ -3,8 +3,9 @@
 //   dpsum     (heads, padded_rows) fp32  D = rowsum(dO * O) (0 on padding rows)
 //   dq_accum  (heads, padded_rows, head_dim) fp32  dQ accumulated by the key blocks; each block of
 //             kRowBlock rows is one contiguous chunk in the order the main kernel's registers hold it
-//   semaphores (heads, padded_rows / kSemaphoreRows) int32  per query block: how many key blocks
-//             have added into it (deterministic mode); a block of more rows uses its first one.
+//   semaphores (heads, padded_rows / kSemaphoreRows) int32  per dQ share of a query block (the
+//             rows of one MMA warpgroup): how many key blocks have added it (deterministic mode);
+//             a query block of more rows uses its first ones (dq_share_semaphore).
 //             Without determinism the first one of each (sequence, KV head) counts the key blocks
 //             that have finished instead (finished_key_blocks)
 //   sink_partials (heads, padded_rows / kRowBlock) fp64  with attention sinks, per block of kRowBlock
@@ -36,7 +37,9 @@ namespace hopattn {
 
 struct BackwardWorkspace {
   static constexpr int kRowBlock = 128;      // the tallest query block of any main kernel
-  static constexpr int kSemaphoreRows = 64;  // the shortest one
+  // Two semaphores for the shortest query block (64 rows), one per MMA warpgroup's dQ share.
+  static constexpr int kDqShares = 2;
+  static constexpr int kSemaphoreRows = 64 / kDqShares;
   static constexpr size_t kAlignment = 256;
 
   float* lse_log2 = nullptr;
@@ -127,8 +130,10 @@ struct BackwardWorkspace {
   }
   // The sink partial of the block of kRowBlock rows that starts at row_index `row`.
   HOPATTN_HOST_DEVICE double* sink_partial(long long row) const { return sink_partials + row / kRowBlock; }
-  // The semaphore of the query block that starts at row_index `row`.
+  // The first semaphore of the query block that starts at row_index `row`.
   HOPATTN_HOST_DEVICE int32_t* semaphore(long long row) const { return semaphores + row / kSemaphoreRows; }
+  // The semaphore of dQ share `share` (< kDqShares) of that query block.
+  HOPATTN_HOST_DEVICE int32_t* dq_share_semaphore(long long row, int share) const { return semaphore(row) + share; }
   // Index of (KV head, padded key row) into dk_accum / dv_accum rows.
   HOPATTN_HOST_DEVICE long long key_row_index(int head_kv, long long padded_key_row) const {
     return head_kv * padded_key_rows + padded_key_row;
