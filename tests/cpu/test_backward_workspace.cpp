@@ -79,7 +79,12 @@ void check_blocks(const Problem& p, int block_m) {
       const int length = p.queries.sequence(b).length;
       for (int m = 0; m * block_m < length; ++m) {
         const long long first = w.row_index(head, start + static_cast<long long>(m) * block_m);
-        EXPECT_TRUE(semaphores_taken.insert(w.semaphore(first)).second) << "sequence " << b << " block " << m;
+        for (int share = 0; share < BackwardWorkspace::kDqShares; ++share) {  // deterministic mode's turns
+          const int32_t* semaphore = w.dq_share_semaphore(first, share);
+          EXPECT_TRUE(semaphores_taken.insert(semaphore).second) << "sequence " << b << " block " << m << " share " << share;
+          EXPECT_LT(semaphore - w.semaphores, rows / BackwardWorkspace::kSemaphoreRows);
+        }
+        EXPECT_EQ(w.semaphore(first), w.dq_share_semaphore(first, 0));
         if (block_m == BackwardWorkspace::kRowBlock) {  // the preprocess's blocks, one sink partial each
           EXPECT_TRUE(sink_partials_taken.insert(w.sink_partial(first)).second) << "sequence " << b << " block " << m;
           EXPECT_LT(w.sink_partial(first) - w.sink_partials, rows / BackwardWorkspace::kRowBlock);
