@@ -223,9 +223,9 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
     for (int m = t.m_blocks.begin; m < t.m_blocks.end; ++m) {
       const long long row = first_row + static_cast<long long>(m) * Traits::kBlockM;
       float* dq = ws.dq_accum + row * ws.head_dim;
-      int32_t* semaphore = ws.dq_share_semaphore(row, first_share);
       const bool last = done + 1 == blocks;
       if constexpr (kDeterministic) {
+        int32_t* semaphore = ws.dq_share_semaphore(row, first_share);
         // A key block's turn at a query block comes after the previous key block's sums are in, so
         // the time from one turn to the next is on the query block's critical path: the writer
         // waits for the turn before the staging buffers fill, adds its shares back to back and

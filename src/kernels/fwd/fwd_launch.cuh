@@ -44,14 +44,19 @@ ForwardSplitPlan forward_split_plan(const Problem& p, const DeviceLimits& device
   return choose_forward_split(in);
 }
 
+// Tiles (query blocks x tile heads x batch) of `p` with `pack` rows per query.
+template <class Traits>
+long long forward_problem_tiles(const Problem& p, int pack) {
+  return static_cast<long long>(forward_m_blocks(p.max_seqlen_q, pack, Traits::kBlockM)) * (p.heads / pack) * p.batch;
+}
+
 // The split tail this kernel would use for `p` on `device` (see TileScheduler): only where every
 // tile has the same key blocks, i.e. without a mask and with fixed lengths, and the tiles are not
 // split along their keys already.
 template <class Traits>
 TailSplit forward_tail_split(const Problem& p, const ForwardSplitPlan& layout, const DeviceLimits& device) {
   if (!p.mask.unbounded() || !p.uniform_lengths() || layout.split()) return TailSplit{};
-  const long long tiles = static_cast<long long>(forward_m_blocks(p.max_seqlen_q, layout.pack, Traits::kBlockM)) *
-                          (p.heads / layout.pack) * p.batch;
+  const long long tiles = forward_problem_tiles<Traits>(p, layout.pack);
   const int key_blocks = (p.max_seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   return TailSplit::choose(tiles, key_blocks, persistent_ctas(device));
 }
@@ -75,8 +80,7 @@ ForwardWorkspacePlan forward_workspace_plan(const Problem& p, const DeviceLimits
   plan.layout = forward_split_plan<Traits>(p, device, workspace);
   if (!workspace) return plan;
   plan.tail = forward_tail_split<Traits>(p, plan.layout, device);
-  const long long pieces = static_cast<long long>(forward_m_blocks(p.max_seqlen_q, plan.layout.pack, Traits::kBlockM)) *
-                          (p.heads / plan.layout.pack) * p.batch * plan.layout.splits;
+  const long long pieces = forward_problem_tiles<Traits>(p, plan.layout.pack) * plan.layout.splits;
   plan.dynamic = (!p.mask.unbounded() || !p.uniform_lengths()) && pieces > persistent_ctas(device);
   return plan;
 }
@@ -264,15 +268,14 @@ cudaError_t launch_forward_grid(const Problem& problem, const ForwardParams<Trai
   // and wait for all of them before reading. Its grid fits (fwd_split_plan.hpp checks).
   constexpr int kRows = SplitCombineShape<Traits>::kRows;
   const long long row_blocks = (static_cast<long long>(problem.max_seqlen_q) * problem.heads + kRows - 1) / kRows;
-  const dim3 combine_grid(static_cast<unsigned>(row_blocks * problem.batch));
-  if (row_blocks * problem.batch < ctas) {
-    return launch_overlapping_previous(&combine_key_splits_kernel<Traits, true>, combine_grid,
-                                       dim3(SplitCombineShape<Traits, true>::kThreads), 0, stream, params,
+  auto launch_combine = [&](auto wide_ctas) {
+    constexpr bool kWide = decltype(wide_ctas)::value;
+    return launch_overlapping_previous(&combine_key_splits_kernel<Traits, kWide>,
+                                       dim3(static_cast<unsigned>(row_blocks * problem.batch)),
+                                       dim3(SplitCombineShape<Traits, kWide>::kThreads), 0, stream, params,
                                        static_cast<int>(row_blocks));
-  }
-  return launch_overlapping_previous(&combine_key_splits_kernel<Traits, false>, combine_grid,
-                                     dim3(SplitCombineShape<Traits, false>::kThreads), 0, stream, params,
-                                     static_cast<int>(row_blocks));
+  };
+  return row_blocks * problem.batch < ctas ? launch_combine(std::true_type{}) : launch_combine(std::false_type{});
 }
 
 template <class Traits, ScoreVariant kScores>
