@@ -1,6 +1,8 @@
 // The backward main kernel: barrier setup and warp roles. One CTA per (key block, KV head, batch);
-// warpgroup 0 is the producer group (warp 0 issues TMA, warp 1 writes dQ, both give registers
-// back), warpgroups 1 and 2 run the GEMMs (see bwd_mainloop.cuh for how they share the tile).
+// warpgroup 0 is the producer group (warp 0 issues TMA, warp 1 writes dQ; in deterministic mode
+// warps 1 .. kDeterministicDqWriters write dQ and warp 3 watches for their turns; all give
+// registers back), warpgroups 1 and 2 run the GEMMs (see bwd_mainloop.cuh for how they share the
+// tile).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -54,6 +56,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID
     if (warp >= 1 && warp <= kWriters) {
       constexpr int kShares = Traits::kMmaWarpgroups / kWriters;
       backward_dq_writer<Traits, kDeterministic>(params, smem, t, (warp - 1) * kShares, kShares);
+    }
+    if constexpr (kDeterministic) {
+      constexpr int kWatcherWarp = cutlass::NumWarpsPerWarpGroup - 1;
+      static_assert(kWriters < kWatcherWarp, "the turn watcher needs a warp of its own");
+      if (warp == kWatcherWarp) backward_turn_watcher<Traits>(params, t, kWriters);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kMmaRegisters>();

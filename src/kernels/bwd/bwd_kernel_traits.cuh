@@ -182,6 +182,9 @@ struct BackwardKernelTraits {
   // and GQA +4-13% (docs/perf-log.md, thirty-first session). With 128-row blocks (d64) the one
   // warp kept up, and two lost 4-6% at 16k.
   static constexpr int kDeterministicDqWriters = kBlockM == 64 ? kMmaWarpgroups : 1;
+  // Deterministic mode's turn handoff: the turn watcher warp and one writer warp
+  // (BwdBarrier::kTurn0, backward_turn_watcher).
+  static constexpr uint32_t kTurnHandoffThreads = 2 * cutlass::NumThreadsPerWarp;
   static_assert(kMmaWarpgroups % kDeterministicDqWriters == 0, "writers share the warpgroups evenly");
   // Where accumulator value i of MMA thread `thread` sits in a staged block: its warpgroup's share,
   // then groups of four values per thread, so that each thread moves 16 bytes at a time and a

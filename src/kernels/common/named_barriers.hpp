@@ -14,10 +14,13 @@ enum class FwdBarrier : uint32_t {
 // The backward's barriers. Around each MMA warpgroup's dQ staging buffer, between it and the dQ
 // writer warp: full, its partial sums are in shared memory; empty, the writer has read them out.
 // Among the MMA warpgroups: every one has written its dS^T (and P^T) entries of the block.
+// Deterministic mode, between the turn watcher warp and a dQ writer warp: the writer's turn at its
+// next query block has come.
 enum class BwdBarrier : uint32_t {
   kDqFull0 = 0,   // + MMA warpgroup
   kDqEmpty0 = 2,  // + MMA warpgroup
   kScoresPublished = 4,
+  kTurn0 = 5,  // + writer warp
 };
 
 inline constexpr int kMaxConsumerWarpgroups = 3;
@@ -33,7 +36,8 @@ static_assert(static_cast<uint32_t>(BwdBarrier::kDqFull0) + kMaxBwdMmaWarpgroups
                       static_cast<uint32_t>(BwdBarrier::kDqEmpty0) &&
                   static_cast<uint32_t>(BwdBarrier::kDqEmpty0) + kMaxBwdMmaWarpgroups <=
                       static_cast<uint32_t>(BwdBarrier::kScoresPublished) &&
-                  static_cast<uint32_t>(BwdBarrier::kScoresPublished) < kKernelNamedBarriers,
+                  static_cast<uint32_t>(BwdBarrier::kScoresPublished) < static_cast<uint32_t>(BwdBarrier::kTurn0) &&
+                  static_cast<uint32_t>(BwdBarrier::kTurn0) + kMaxBwdMmaWarpgroups <= kKernelNamedBarriers,
               "the backward's per-warpgroup barrier ranges overlap or run past the named barriers kernels have");
 
 CUTLASS_DEVICE uint32_t barrier_id(FwdBarrier base, int offset = 0) {
