@@ -12,7 +12,11 @@ publisher's schedule arrival, 12 its q_full arrival, 13 thread 0's entry, 14 the
 made, 16 the publisher's schedule made, 17 its tile made, 18 and 19 the consumer's and thread 0's
 __syncthreads done.
 """
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bwd_writer_trace import quantiles  # noqa: E402  (beside this file; imports no torch)
 
 
 def last_call(path):
@@ -25,12 +29,9 @@ def last_call(path):
     return calls[-1]
 
 
-def quantiles(values):
-    v = sorted(values)
-    if not v:
-        return "-"
-    n = len(v)
-    return " ".join(f"{v[i] / 1e3:.2f}" for i in (n // 10, n // 2, min(n - 1, 9 * n // 10)))
+def us(values):
+    """p10 p50 p90 of nanosecond values, in microseconds."""
+    return " ".join(f"{v / 1e3:.2f}" for v in quantiles(values)) if values else "-"
 
 
 def main():
@@ -38,10 +39,13 @@ def main():
     print(f"{head}, {len(ctas)} CTAs")
     t0 = min(r[13] for r in ctas)
     stored = [r for r in ctas if r[7] > 0]
-    after_entry = lambda slot, rows=ctas: quantiles([r[slot] - r[13] for r in rows if r[slot]])
+
+    def after_entry(slot):
+        return us([r[slot] - r[13] for r in ctas if r[slot]])
+
     lines = [
-        ("key blocks of the tile", quantiles([(r[0] >> 16) * 1000 for r in stored])),
-        ("entry after the first CTA's", quantiles([r[13] - t0 for r in ctas])),
+        ("key blocks of the tile", us([(r[0] >> 16) * 1000 for r in stored])),
+        ("entry after the first CTA's", us([r[13] - t0 for r in ctas])),
         ("__syncthreads done (thread 0)", after_entry(19)),
         ("publisher: schedule made", after_entry(16)),
         ("publisher: schedule published", after_entry(11)),
@@ -51,13 +55,13 @@ def main():
         ("producer: tile made", after_entry(14)),
         ("producer: first K issued", after_entry(9)),
         ("producer: q_full arrival", after_entry(10)),
-        ("consumer: q_full wait done (after its entry)", quantiles([r[2] - r[1] for r in stored])),
-        ("consumer: Q load", quantiles([r[3] - r[2] for r in stored])),
-        ("consumer: first K wait", quantiles([r[4] - r[3] for r in stored])),
-        ("consumer: main loop", quantiles([r[6] - r[4] for r in stored])),
-        ("consumer: K/V waits in the loop", quantiles([r[5] for r in stored])),
-        ("consumer: partial store", quantiles([r[7] - r[6] for r in stored])),
-        ("consumer: entry to stored", quantiles([r[7] - r[1] for r in stored])),
+        ("consumer: q_full wait done (after its entry)", us([r[2] - r[1] for r in stored])),
+        ("consumer: Q load", us([r[3] - r[2] for r in stored])),
+        ("consumer: first K wait", us([r[4] - r[3] for r in stored])),
+        ("consumer: main loop", us([r[6] - r[4] for r in stored])),
+        ("consumer: K/V waits in the loop", us([r[5] for r in stored])),
+        ("consumer: partial store", us([r[7] - r[6] for r in stored])),
+        ("consumer: entry to stored", us([r[7] - r[1] for r in stored])),
     ]
     for label, value in lines:
         print(f"  {label:46s} {value}")

@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID
     static_assert(Traits::kMmaWarpgroups <= BackwardWorkspace::kDqShares, "a semaphore for each writer's shares");
     if (warp >= 1 && warp <= kWriters) {
       constexpr int kShares = Traits::kMmaWarpgroups / kWriters;
-      backward_dq_writer<Traits, kDeterministic>(params, smem, t, (warp - 1) * kShares, kShares);
+      backward_dq_writer<Traits, kDeterministic>(params, smem, t, /*writer=*/warp - 1, kShares);
     }
     if constexpr (kDeterministic) {
       constexpr int kWatcherWarp = cutlass::NumWarpsPerWarpGroup - 1;

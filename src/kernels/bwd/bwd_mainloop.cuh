@@ -202,12 +202,12 @@ CUTE_DEVICE void turn_handoff(int writer) {
 // m no later than n did, and the key blocks of a head rarely wait (in ascending order they formed
 // a wavefront, each waiting for the previous one at every query block).
 //
-// The warp writes the dQ shares of MMA warpgroups [first_share, first_share + shares); in
-// deterministic mode they keep their order on the semaphore of the first (Traits::
+// Writer `writer` writes the dQ shares of MMA warpgroups [writer * shares, (writer + 1) * shares);
+// in deterministic mode they keep their order on the semaphore of the first (Traits::
 // kDeterministicDqWriters says how many writer warps share a block).
 template <class Traits, bool kDeterministic>
 CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typename Traits::SharedStorage& smem,
-                                    const BackwardTile& t, int first_share, int shares) {
+                                    const BackwardTile& t, int writer, int shares) {
   using namespace backward_detail;
   constexpr int kShareBytes = Traits::kDqFloatsPerWarpgroup * sizeof(float);
   const BackwardWorkspace& ws = params.workspace;
@@ -224,7 +224,7 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
   auto announce_empty = [&](int warpgroup) {
     cutlass::arch::NamedBarrier::arrive(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqEmpty0, warpgroup));
   };
-  const int end_share = first_share + shares;
+  const int first_share = writer * shares, end_share = first_share + shares;
   for (int wg = first_share; wg < end_share && blocks > 0; ++wg) announce_empty(wg);
   int done = 0;
   for (int g = t.first_head; g < t.end_head; ++g) {
@@ -240,7 +240,7 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
         // the time from one turn to the next is on the query block's critical path: the writer
         // waits for the turn (seen by the watcher warp, backward_turn_watcher) before the staging
         // buffers fill, adds its shares back to back and hands the turn on with one release.
-        turn_handoff<Traits>(first_share / shares);
+        turn_handoff<Traits>(writer);
         for (int wg = first_share; wg < end_share; ++wg) {
           cutlass::arch::NamedBarrier::sync(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqFull0, wg));
           if (lane0) {
