@@ -38,6 +38,7 @@ struct ForwardKernelTraits {
   // Whether this is the tile of packed GQA rows (forward_kernel's kPackedRows, see
   // with_forward_traits): its kernel is the packed one, the others' the plain one.
   static constexpr bool kPackedRows = std::is_same_v<Config, ForwardPackedTileConfig<kHeadDim>> ||
+                                      std::is_same_v<Config, ForwardPackedNarrowTileConfig<kHeadDim>> ||
                                       std::is_same_v<Config, ForwardFp8PackedTileConfig<kHeadDim>>;
   // Whether the producer can load a paged KV cache whose pages do not hold whole key blocks (in
   // boxes or gathered row by row): not in the wider unmasked tile, whose 176-key blocks split
@@ -52,8 +53,10 @@ struct ForwardKernelTraits {
   static constexpr int kQueryReleaseArrivals = kConsumerThreads / cutlass::NumThreadsPerWarp;
   // Register budget per thread after setmaxnreg: the producer keeps few, the consumers take the rest
   // (65536 registers per SM, one CTA per SM).
-  static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? 24 : 32;
-  static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? 240 : 160;
+  // With one consumer warpgroup (256 threads) the launch's 256 registers a thread already cover
+  // the consumers' most.
+  static constexpr int kProducerRegisters = kConsumerWarpgroups == 1 ? 56 : kConsumerWarpgroups == 2 ? 24 : 32;
+  static constexpr int kConsumerRegisters = kConsumerWarpgroups == 1 ? 256 : kConsumerWarpgroups == 2 ? 240 : 160;
 
   static_assert(kBlockM % 64 == 0 && kConsumerWarpgroups >= 1 && kConsumerWarpgroups <= kMaxConsumerWarpgroups,
                 "each consumer warpgroup owns 64 query rows");

@@ -322,7 +322,14 @@ auto with_forward_traits(const Problem& problem, const DeviceLimits& device, F&&
     return f(Fp8Traits{});
   } else {
     using PackedTraits = ForwardKernelTraits<Element, kHeadDim, kHeadDimV, ForwardPackedTileConfig<kHeadDim>>;
-    if (forward_split_plan<PackedTraits>(problem, device, /*workspace=*/false).packed()) return f(PackedTraits{});
+    using NarrowPackedTraits = ForwardKernelTraits<Element, kHeadDim, kHeadDimV, ForwardPackedNarrowTileConfig<kHeadDim>>;
+    const ForwardSplitPlan packed = forward_split_plan<PackedTraits>(problem, device, /*workspace=*/false);
+    if (packed.packed()) {
+      // A query row or a few of each head of the group fit one warpgroup's 64 rows.
+      const bool narrow = static_cast<long long>(problem.max_seqlen_q) * packed.pack <= NarrowPackedTraits::kBlockM &&
+                          forward_split_plan<NarrowPackedTraits>(problem, device, /*workspace=*/false).packed();
+      return narrow ? f(NarrowPackedTraits{}) : f(PackedTraits{});
+    }
     if constexpr (!(AnyMask::kShape == Unmasked::kShape)) {
       // Not for paged caches: its 176-key blocks divide no power-of-two page, and its kernel has no
       // path for smaller pages (ForwardKernelTraits::kLoadsSmallPages).

@@ -90,6 +90,18 @@ struct ForwardPackedTileConfig<256> {
   static constexpr ForwardTileShape kShape{128, 64, 2, true, false, false};
 };
 
+// Packed tiles of at most 64 rows (decode with a query row or a few per head of a small group:
+// 32/1 and 32/8 at one query row pack 32 and 4 rows): one consumer warpgroup, the packed tile's
+// keys and stages otherwise. In the 128-row tile the second warpgroup computed padding only; a
+// clock trace of MQA decode (H100) had a key block take 1.7 us of GEMMs and softmax, with its
+// K/V waits 0.16 us of a 5.2 us main loop.
+template <int kHeadDim>
+struct ForwardPackedNarrowTileConfig {
+  static constexpr ForwardTileShape kWide = ForwardPackedTileConfig<kHeadDim>::kShape;
+  static constexpr ForwardTileShape kShape{64, kWide.block_n, kWide.stages, kWide.keys_ahead, kWide.rescale_under_qk,
+                                           false};
+};
+
 // The softcap variant's any-mask tile (ScoreVariant::kSoftcap): by default the same. At d64 the
 // 192-row tile's three warpgroups (160 registers each) spilled 28 values in the main loop around
 // the tanh; two warpgroups with 240 registers do not.
