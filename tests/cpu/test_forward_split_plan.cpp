@@ -122,7 +122,7 @@ TEST(ForwardSplitPlan, KeySplitPiecesCoverTheRangeInOrder) {
         const BlockRange visible{begin, begin + size};
         int next = begin;
         for (int s = 0; s < splits; ++s) {
-          const BlockRange piece = key_split_piece(visible, s, splits);
+          const BlockRange piece = key_split_piece(visible, s, FastDivisor(splits));
           ASSERT_EQ(piece.begin, next);
           ASSERT_GE(piece.end, piece.begin);
           ASSERT_LE(piece.size(), size / splits + 1);
@@ -141,7 +141,7 @@ TEST(ForwardSplitPlan, SchedulerHandsOutEveryPieceOnce) {
     const int m_blocks = 1 + static_cast<int>(rng() % 6), heads = 1 + static_cast<int>(rng() % 8);
     const int batch = 1 + static_cast<int>(rng() % 4), splits = 1 + static_cast<int>(rng() % 20);
     TileScheduler s = TileScheduler::make(m_blocks, heads, batch, 1, static_cast<long long>(rng() % 4), 0);
-    s.key_splits = splits;
+    s.split_keys(splits);
     std::vector<int> count(static_cast<size_t>(m_blocks) * heads * batch * splits, 0);
     for (int linear = 0; linear < s.total_tiles(); ++linear) {
       const WorkTile w = s.tile(linear);
@@ -198,9 +198,10 @@ TEST(ForwardSplitPlan, PackedBlockRangesMatchTheMask) {
     const int pad = query_block_pad(mask, block_m, rows);
     const int m_blocks = (rows + pad + block_m - 1) / block_m;
     const int n_blocks = (seqlen_k + block_n - 1) / block_n;
+    const FastDivisor packed(pack);
     for (int m = 0; m < m_blocks; ++m) {
-      const BlockRange range = n_block_range(mask, m, block_m, block_n, seqlen_q, seqlen_k, pad, pack);
-      const BlockRange unmasked = n_block_range_unmasked(mask, m, block_m, block_n, seqlen_q, seqlen_k, pad, pack);
+      const BlockRange range = n_block_range(mask, m, block_m, block_n, seqlen_q, seqlen_k, pad, packed);
+      const BlockRange unmasked = n_block_range_unmasked(mask, m, block_m, block_n, seqlen_q, seqlen_k, pad, packed);
       const int first = std::max(m * block_m - pad, 0), last = std::min((m + 1) * block_m - pad, rows);
       for (int n = 0; n < n_blocks; ++n) {
         bool any = false, all = true;
@@ -265,9 +266,10 @@ TEST(ForwardSplitPlan, TilesCoverEveryRowAndVisibleKeyOnce) {
     p.mask = mask.without_vacuous_bounds(p.max_seqlen_q, p.max_seqlen_k);
     const int block_m = blocks_m[pick(0, 2)], block_n = blocks_n[pick(0, 3)];
     const int pack = pick(0, 1) == 1 ? group : 1;
+    const FastDivisor packed(pack);
     TileScheduler scheduler = TileScheduler::make((p.max_seqlen_q * pack + block_m - 1) / block_m, heads / pack, batch,
                                                   group / pack, pick(0, 3), 0);
-    scheduler.key_splits = pick(1, 6);
+    scheduler.split_keys(pick(1, 6));
     const auto describe = [&] {
       return ::testing::Message() << "trial " << trial << " batch " << batch << " heads " << heads << "/" << heads_kv
                                   << (varlen ? " varlen" : "") << " mask(" << p.mask.left << "," << p.mask.right
@@ -283,12 +285,12 @@ TEST(ForwardSplitPlan, TilesCoverEveryRowAndVisibleKeyOnce) {
     for (int linear = 0; linear < scheduler.total_tiles(); ++linear) {
       ScheduledTile s;
       s.linear = linear;
-      const ForwardTile t = forward_tile(p, scheduler, pack, block_m, block_n, s);
+      const ForwardTile t = forward_tile(p, scheduler, packed, block_m, block_n, s);
       const int b = t.batch;
       for (int r = 0; r < block_m; ++r) {
         const int row = t.first_row + r;
-        if (row < 0 || row >= t.rows(pack)) continue;
-        const int q = t.query_of(row, pack), h = t.head_of(row, pack);
+        if (row < 0 || row >= t.rows(packed)) continue;
+        const int q = t.query_of(row, packed), h = t.head_of(row, packed);
         ASSERT_LT(q, p.queries.sequence(b).length) << describe();
         ASSERT_EQ(h / group, t.head_kv) << describe() << " row " << row;
         ++row_tiles[b][static_cast<size_t>(q) * heads + h];

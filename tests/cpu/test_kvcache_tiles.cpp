@@ -89,7 +89,7 @@ TEST(KVCacheTiles, EveryKeyReadComesFromItsCachePosition) {
     const int pack = pick(0, 1) == 1 ? group : 1;
     TileScheduler scheduler = TileScheduler::make((seqlen_q * pack + block_m - 1) / block_m, heads / pack, batch,
                                                   group / pack, pick(0, 3), 0);
-    scheduler.key_splits = pick(1, 4);
+    scheduler.split_keys(pick(1, 4));
     const auto describe = [&] {
       return ::testing::Message() << "trial " << trial << " batch " << batch << (paged ? " page " : " contiguous ")
                                   << page_size << " capacity " << capacity << " bn " << block_n
@@ -108,7 +108,7 @@ TEST(KVCacheTiles, EveryKeyReadComesFromItsCachePosition) {
     for (int linear = 0; linear < scheduler.total_tiles(); ++linear) {
       ScheduledTile s;
       s.linear = linear;
-      const ForwardTile t = forward_tile(p, scheduler, pack, block_m, block_n, s);
+      const ForwardTile t = forward_tile(p, scheduler, FastDivisor(pack), block_m, block_n, s);
       const int b = t.batch;
       const int start = leftpad ? starts[b] : 0;
       const bool row_ok = !batch_index || (row_of[b] >= 0 && row_of[b] < rows);

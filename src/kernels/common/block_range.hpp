@@ -6,6 +6,7 @@
 // by one), so both answers are half-open block ranges. The backward uses the transposed mask.
 #pragma once
 
+#include "kernels/common/fast_divisor.hpp"
 #include "kernels/common/host_device.hpp"
 #include "kernels/common/mask.hpp"
 
@@ -38,21 +39,29 @@ struct RealRows {
   long long first, last;
 };
 HOPATTN_HOST_DEVICE RealRows real_rows(int outer_block, int outer_block_size, int outer_pad, int outer_len,
-                                       int pack = 1) {
+                                       const FastDivisor& pack) {
   const long long start = static_cast<long long>(outer_block) * outer_block_size - outer_pad;
   const long long first = max_ll(start, 0);
-  const long long last = min_ll(start + outer_block_size, static_cast<long long>(outer_len) * pack) - 1;
+  const long long last = min_ll(start + outer_block_size, static_cast<long long>(outer_len) * pack.divisor()) - 1;
   if (first > last) return RealRows{1, 0};
-  if (pack == 1) return RealRows{first, last};
-  // Packed rows fit in int (fwd_split_plan.hpp packs only then): 32-bit divisions, which the
-  // forward's producer warp affords in its 24 registers.
-  return RealRows{static_cast<int>(first) / pack, static_cast<int>(last) / pack};
+  if (pack.divisor() == 1) return RealRows{first, last};
+  // Packed rows fit in int (fwd_split_plan.hpp packs only then).
+  return RealRows{pack.divide(static_cast<int>(first)), pack.divide(static_cast<int>(last))};
 }
 
 // Inner blocks holding at least one position visible to a real row of `outer_block`: the band's
 // edges only grow with the row, so from the first real row's lo to the last real row's hi.
+// Without bounds every real row sees every inner position: only whether the block has a real row
+// is asked (the forward's decode and unmasked tiles; the general form's arithmetic, 64-bit and
+// twice per tile, was a large part of a decode tile's start).
 HOPATTN_HOST_DEVICE BlockRange visible_inner_blocks(const BandView& view, int outer_block, int outer_block_size,
-                                                    int outer_pad, int inner_block_size, int pack = 1) {
+                                                    int outer_pad, int inner_block_size, const FastDivisor& pack) {
+  if (view.band.unbounded()) {
+    const long long start = static_cast<long long>(outer_block) * outer_block_size - outer_pad;
+    const long long rows = static_cast<long long>(view.outer_len) * pack.divisor();
+    if (rows <= 0 || start >= rows || start + outer_block_size <= 0 || view.inner_len <= 0) return BlockRange{};
+    return BlockRange{0, (view.inner_len - 1) / inner_block_size + 1};
+  }
   const RealRows rows = real_rows(outer_block, outer_block_size, outer_pad, view.outer_len, pack);
   if (rows.first > rows.last || view.inner_len <= 0) return BlockRange{};
   const long long lo = view.lo(rows.first);
@@ -66,10 +75,14 @@ HOPATTN_HOST_DEVICE BlockRange visible_inner_blocks(const BandView& view, int ou
 // and placed at the end of the visible range, so [visible.begin, unmasked.begin) and
 // [unmasked.end, visible.end) are always exactly the blocks that need masking.
 HOPATTN_HOST_DEVICE BlockRange unmasked_inner_blocks(const BandView& view, int outer_block, int outer_block_size,
-                                                     int outer_pad, int inner_block_size, int pack = 1) {
+                                                     int outer_pad, int inner_block_size, const FastDivisor& pack) {
   const BlockRange visible =
       visible_inner_blocks(view, outer_block, outer_block_size, outer_pad, inner_block_size, pack);
   if (visible.empty()) return visible;
+  if (view.band.unbounded()) {  // the blocks without padding keys
+    const int whole = view.inner_len / inner_block_size;
+    return whole > 0 ? BlockRange{0, whole} : BlockRange{visible.end, visible.end};
+  }
   const RealRows rows = real_rows(outer_block, outer_block_size, outer_pad, view.outer_len, pack);
   // The block must start at or after the last row's lo and end by the first row's hi.
   const long long begin = ceil_div(view.lo(rows.last), inner_block_size);
@@ -93,25 +106,25 @@ HOPATTN_HOST_DEVICE int query_block_pad(BandMask mask, int block_m, int seqlen_q
 // pad) must visit. With packed GQA heads (pack > 1) its rows are (query, head) pairs, `pack` per
 // query row, and pad counts rows.
 HOPATTN_HOST_DEVICE BlockRange n_block_range(BandMask mask, int m_block, int block_m, int block_n, int seqlen_q,
-                                             int seqlen_k, int pad = 0, int pack = 1) {
+                                             int seqlen_k, int pad = 0, const FastDivisor& pack = FastDivisor()) {
   return detail::visible_inner_blocks(BandView::from_queries(mask, seqlen_q, seqlen_k), m_block, block_m, pad, block_n,
                                       pack);
 }
 
 // Forward: the key blocks of n_block_range that need no masking.
 HOPATTN_HOST_DEVICE BlockRange n_block_range_unmasked(BandMask mask, int m_block, int block_m, int block_n,
-                                                      int seqlen_q, int seqlen_k, int pad = 0, int pack = 1) {
+                                                      int seqlen_q, int seqlen_k, int pad = 0,
+                                                      const FastDivisor& pack = FastDivisor()) {
   return detail::unmasked_inner_blocks(BandView::from_queries(mask, seqlen_q, seqlen_k), m_block, block_m, pad, block_n,
                                        pack);
 }
 
 // Forward with key splits: piece `split` of `splits` of a tile's visible key blocks, near-equal
 // runs in key order, the first n % splits of them a block longer (empty ones where there are
-// fewer blocks than pieces). Only 32-bit divisions: the producer warp computes it with 24
-// registers.
-HOPATTN_HOST_DEVICE BlockRange key_split_piece(const BlockRange& visible, int split, int splits) {
+// fewer blocks than pieces).
+HOPATTN_HOST_DEVICE BlockRange key_split_piece(const BlockRange& visible, int split, const FastDivisor& splits) {
   const int n = visible.size();
-  const int run = n / splits, longer = n % splits;
+  const int run = splits.divide(n), longer = n - run * splits.divisor();
   const int begin = visible.begin + split * run + (split < longer ? split : longer);
   return BlockRange{begin, begin + run + (split < longer ? 1 : 0)};
 }
@@ -119,13 +132,15 @@ HOPATTN_HOST_DEVICE BlockRange key_split_piece(const BlockRange& visible, int sp
 // Backward: query blocks (kBlockM) that key block n_block (kBlockN keys) must visit.
 HOPATTN_HOST_DEVICE BlockRange m_block_range(BandMask mask, int n_block, int block_m, int block_n, int seqlen_q,
                                              int seqlen_k) {
-  return detail::visible_inner_blocks(BandView::from_keys(mask, seqlen_q, seqlen_k), n_block, block_n, 0, block_m);
+  return detail::visible_inner_blocks(BandView::from_keys(mask, seqlen_q, seqlen_k), n_block, block_n, 0, block_m,
+                                      FastDivisor());
 }
 
 // Backward: the query blocks of m_block_range that need no masking.
 HOPATTN_HOST_DEVICE BlockRange m_block_range_unmasked(BandMask mask, int n_block, int block_m, int block_n,
                                                       int seqlen_q, int seqlen_k) {
-  return detail::unmasked_inner_blocks(BandView::from_keys(mask, seqlen_q, seqlen_k), n_block, block_n, 0, block_m);
+  return detail::unmasked_inner_blocks(BandView::from_keys(mask, seqlen_q, seqlen_k), n_block, block_n, 0, block_m,
+                                       FastDivisor());
 }
 
 }  // namespace hopattn

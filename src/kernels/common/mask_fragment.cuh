@@ -5,6 +5,7 @@
 
 #include <cute/tensor.hpp>
 
+#include "kernels/common/fast_divisor.hpp"
 #include "kernels/common/mask.hpp"
 
 namespace hopattn {
@@ -16,11 +17,11 @@ namespace hopattn {
 // outer position r / pack. Padding rows (r < 0 or past the outer length) see nothing.
 template <class Scores, class Coords>
 CUTE_DEVICE void hide_invisible(Scores&& scores, const Coords& coords, const BandView& view, int first_row,
-                                int first_inner, float hidden, int pack = 1) {
+                                int first_inner, float hidden, const FastDivisor& pack = FastDivisor()) {
   CUTE_UNROLL
   for (int r = 0; r < cute::size<0>(scores); ++r) {
     const int row = first_row + cute::get<0>(coords(r, 0));
-    const long long outer = pack == 1 ? row : (row < 0 ? -1 : row / pack);
+    const long long outer = pack.divisor() == 1 ? row : (row < 0 ? -1 : pack.divide(row));
     const int lo = static_cast<int>(view.lo(outer));
     const int hi = view.real_outer(outer) ? static_cast<int>(view.hi(outer)) : -1;
     CUTE_UNROLL

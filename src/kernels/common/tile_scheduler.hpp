@@ -27,6 +27,7 @@
 // split tail.
 #pragma once
 
+#include "kernels/common/fast_divisor.hpp"
 #include "kernels/common/host_device.hpp"
 
 namespace hopattn {
@@ -93,10 +94,13 @@ struct TailSplit {
   }
 };
 
+// Made by make(), its key splits set by split_keys(): tile() divides by precomputed divisors
+// (fast_divisor.hpp), which those two keep in step with the counts.
 struct TileScheduler {
   int num_m_blocks = 0;  // blocks of the longest query sequence
   int heads = 0;
   int batch = 0;
+  int group = 1;  // of the heads, how many share a KV head (1 where a tile packs a GQA group)
   // L2 sections of (batch, head) pairs, in order: wide_sections of wide_pairs pairs, then the
   // others of narrow_pairs (see make()).
   int wide_pairs = 1;
@@ -104,6 +108,13 @@ struct TileScheduler {
   int narrow_pairs = 0;
   int key_splits = 1;
   TailSplit tail;
+  // By heads, group, key_splits, the pairs of each kind of section and the tiles of each.
+  FastDivisor by_heads, by_group, by_key_splits, by_wide_pairs, by_narrow_pairs, by_wide_tiles, by_narrow_tiles;
+
+  void split_keys(int splits) {
+    key_splits = splits;
+    by_key_splits = FastDivisor(splits);
+  }
 
   HOPATTN_HOST_DEVICE int total_tiles() const { return num_m_blocks * heads * batch * key_splits; }
 
@@ -152,29 +163,28 @@ struct TileScheduler {
   }
 
   HOPATTN_HOST_DEVICE WorkTile tile(int linear) const {
-    const int split = key_splits > 1 ? linear % key_splits : 0;
-    if (key_splits > 1) linear /= key_splits;
-    const int wide_tiles = wide_pairs * num_m_blocks;
-    const int in_wide = wide_sections * wide_tiles;
-    int first_pair = 0, pairs = 0, in_section = 0;
-    if (linear < in_wide) {
-      const int section = linear / wide_tiles;
-      first_pair = section * wide_pairs;
-      pairs = wide_pairs;
-      in_section = linear - section * wide_tiles;
-    } else {  // linear < total_tiles(): narrow_pairs > 0
-      const int narrow_tiles = narrow_pairs * num_m_blocks;
-      const int section = (linear - in_wide) / narrow_tiles;
-      first_pair = wide_sections * wide_pairs + section * narrow_pairs;
-      pairs = narrow_pairs;
-      in_section = linear - in_wide - section * narrow_tiles;
-    }
-    const int pair = first_pair + in_section % pairs;
     WorkTile w;
-    w.m_block = num_m_blocks - 1 - in_section / pairs;
-    w.head = pair % heads;
-    w.batch = pair / heads;
-    w.split = split;
+    const int unsplit = by_key_splits.divide(linear);
+    w.split = linear - unsplit * key_splits;
+    linear = unsplit;
+    const int in_wide = wide_sections * wide_pairs * num_m_blocks;
+    int first_pair = 0, in_section = 0, step = 0;
+    if (linear < in_wide) {
+      const int section = by_wide_tiles.divide(linear);
+      first_pair = section * wide_pairs;
+      in_section = linear - section * by_wide_tiles.divisor();
+      step = by_wide_pairs.divide(in_section);
+      first_pair += in_section - step * wide_pairs;
+    } else {  // linear < total_tiles(): narrow_pairs > 0
+      const int section = by_narrow_tiles.divide(linear - in_wide);
+      first_pair = wide_sections * wide_pairs + section * narrow_pairs;
+      in_section = linear - in_wide - section * by_narrow_tiles.divisor();
+      step = by_narrow_pairs.divide(in_section);
+      first_pair += in_section - step * narrow_pairs;
+    }
+    w.m_block = num_m_blocks - 1 - step;
+    w.batch = by_heads.divide(first_pair);
+    w.head = first_pair - w.batch * heads;
     return w;
   }
 
@@ -190,6 +200,7 @@ struct TileScheduler {
     s.num_m_blocks = num_m_blocks;
     s.heads = heads;
     s.batch = batch;
+    s.group = group;
     const long long all_pairs = static_cast<long long>(heads) * batch;
     long long pairs = kv_heads_per_section > 0 ? kv_heads_per_section * group : all_pairs;
     if (num_m_blocks > 0 && pairs * num_m_blocks < min_section_tiles) {
@@ -203,11 +214,23 @@ struct TileScheduler {
       s.wide_pairs = static_cast<int>((kv_heads / sections + 1) * group);
       s.wide_sections = static_cast<int>(kv_heads % sections);
       s.narrow_pairs = static_cast<int>(kv_heads / sections * group);
-      return s;
+      return s.with_divisors();
     }
     s.wide_pairs = static_cast<int>(pairs);
     s.wide_sections = static_cast<int>(all_pairs / pairs);
     s.narrow_pairs = static_cast<int>(all_pairs % pairs);
+    return s.with_divisors();
+  }
+
+  TileScheduler with_divisors() const {
+    TileScheduler s = *this;
+    s.by_heads = FastDivisor(heads);
+    s.by_group = FastDivisor(group);
+    s.by_key_splits = FastDivisor(key_splits);
+    s.by_wide_pairs = FastDivisor(wide_pairs);
+    s.by_narrow_pairs = FastDivisor(narrow_pairs);
+    s.by_wide_tiles = FastDivisor(wide_pairs * num_m_blocks);
+    s.by_narrow_tiles = FastDivisor(narrow_pairs * num_m_blocks);
     return s;
   }
 

@@ -16,7 +16,7 @@ namespace hopattn {
 
 // Whether a tile row is a real (query, head) row (rows before the first, see query_block_pad, and
 // past the sequence are not): one unsigned compare for both bounds.
-CUTE_DEVICE bool is_query(const ForwardTile& t, int row, int pack) {
+CUTE_DEVICE bool is_query(const ForwardTile& t, int row, const FastDivisor& pack) {
   return static_cast<unsigned>(row) < static_cast<unsigned>(t.rows(pack));
 }
 
@@ -30,14 +30,15 @@ CUTE_DEVICE uint32_t nan_pattern() {
 
 // `pack` below: the tile's rows per query (params.pack; a constant 1 where the caller knows it).
 template <class Traits>
-CUTE_DEVICE typename Traits::OutputElement* output_row(const ForwardParams<Traits>& params, const ForwardTile& t, int row,
-                                                 int pack) {
+CUTE_DEVICE typename Traits::OutputElement* output_row(const ForwardParams<Traits>& params, const ForwardTile& t,
+                                                       int row, const FastDivisor& pack) {
   return params.o.template at<typename Traits::OutputElement>(
       t.batch, static_cast<long long>(t.q_offset) + t.query_of(row, pack), t.head_of(row, pack));
 }
 
 template <class Traits>
-CUTE_DEVICE void store_lse(const ForwardParams<Traits>& params, const ForwardTile& t, int row, float value, int pack) {
+CUTE_DEVICE void store_lse(const ForwardParams<Traits>& params, const ForwardTile& t, int row, float value,
+                           const FastDivisor& pack) {
   const RowTensor& lse = params.lse;
   if (lse.data == nullptr || !is_query(t, row, pack)) return;
   *lse.at<float>(t.batch, static_cast<long long>(t.q_offset) + t.query_of(row, pack), t.head_of(row, pack)) = value;
@@ -46,7 +47,7 @@ CUTE_DEVICE void store_lse(const ForwardParams<Traits>& params, const ForwardTil
 // Where a real tile row's partial from key split `split` goes (fwd_workspace.cuh).
 template <class Traits>
 CUTE_DEVICE long long split_row(const ForwardParams<Traits>& params, const ForwardTile& t, int split, int row,
-                                int pack) {
+                                const FastDivisor& pack) {
   return static_cast<long long>(split) * params.split_output_rows +
          split_output_row(params.problem, t.batch, t.q_offset, t.query_of(row, pack), t.head_of(row, pack));
 }
@@ -57,7 +58,7 @@ CUTE_DEVICE long long split_row(const ForwardParams<Traits>& params, const Forwa
 // loop's bounds to the kernel's start and spilled them).
 template <class Traits>
 CUTE_DEVICE void store_empty_split_partial(const ForwardParams<Traits>& params, const ForwardTile& t, int split,
-                                           int pack, float lse, int thread) {
+                                           const FastDivisor& pack, float lse, int thread) {
   static_assert(Traits::kConsumerThreads >= Traits::kBlockM, "a consumer thread per tile row");
   const int row = t.first_row + thread;
   if (thread < Traits::kBlockM && is_query(t, row, pack)) {
@@ -71,11 +72,12 @@ CUTE_DEVICE void store_empty_split_partial(const ForwardParams<Traits>& params, 
 // column) tile coordinates of tOrO's entries (made here: held through the main loop, the
 // coordinates of every entry cost the consumers hundreds of bytes of spills).
 template <class Traits, class AccO, class ThreadMma, int kRows>
-CUTE_DEVICE void store_split_partial(const ForwardParams<Traits>& params, const ForwardTile& t, int split, int pack,
-                                     AccO const& tOrO, ThreadMma const& thr_pv, const float (&lse)[kRows], int thread) {
+CUTE_DEVICE void store_split_partial(const ForwardParams<Traits>& params, const ForwardTile& t, int split,
+                                     const FastDivisor& pack, AccO const& tOrO, ThreadMma const& thr_pv,
+                                     const float (&lse)[kRows], int thread) {
   cute::Tensor o = as_row_col(tOrO);
-  cute::Tensor coords = as_row_col(
-      thr_pv.partition_C(cute::make_identity_tensor(cute::Shape<typename Traits::BlockM, typename Traits::HeadDimV>{})));
+  cute::Tensor coords = as_row_col(thr_pv.partition_C(
+      cute::make_identity_tensor(cute::Shape<typename Traits::BlockM, typename Traits::HeadDimV>{})));
   static_assert(decltype(cute::size<0>(o))::value == kRows, "one LSE per accumulator row");
   CUTE_UNROLL
   for (int r = 0; r < kRows; ++r) {
@@ -95,8 +97,8 @@ CUTE_DEVICE void store_split_partial(const ForwardParams<Traits>& params, const 
 // faulted KV cache sequence) both are NaN. Written by `threads` threads, `thread` being this
 // one's index among them.
 template <class Traits>
-CUTE_DEVICE void store_empty_tile(const ForwardParams<Traits>& params, const ForwardTile& t, int pack, float lse,
-                                  int thread, int threads) {
+CUTE_DEVICE void store_empty_tile(const ForwardParams<Traits>& params, const ForwardTile& t, const FastDivisor& pack,
+                                  float lse, int thread, int threads) {
   constexpr int kElementsPerChunk = 16 / sizeof(typename Traits::OutputElement);
   constexpr int kChunksPerRow = Traits::kHeadDimV / kElementsPerChunk;
   const int chunks = params.problem.head_dim_v / kElementsPerChunk;
@@ -127,7 +129,7 @@ CUTE_DEVICE void store_empty_tile(const ForwardParams<Traits>& params, const For
 // the publisher's copy; d64 0.96-0.98 -> 0.97-0.985).
 template <class Traits, class AccO, class RowCoords, int kRows>
 CUTE_DEVICE void add_sinks(const ForwardParams<Traits>& params, const ForwardTile& t, float tile_sink, AccO& tOrO,
-                           RowCoords const& tScS, float (&lse)[kRows], int pack) {
+                           RowCoords const& tScS, float (&lse)[kRows], const FastDivisor& pack) {
   float keys_share[kRows];
   CUTE_UNROLL
   for (int r = 0; r < kRows; ++r) {
@@ -136,7 +138,7 @@ CUTE_DEVICE void add_sinks(const ForwardParams<Traits>& params, const ForwardTil
     if (!is_query(t, row, pack)) continue;
     LogSumExp total;
     total.add(lse[r]);
-    total.add(pack == 1 ? tile_sink : params.sinks[t.head_of(row, pack)]);
+    total.add(pack.divisor() == 1 ? tile_sink : params.sinks[t.head_of(row, pack)]);
     const float with_sink = total.value();
     keys_share[r] = lse[r] == -INFINITY ? 0.f : piece_weight(lse[r], with_sink);
     lse[r] = with_sink;
@@ -146,7 +148,7 @@ CUTE_DEVICE void add_sinks(const ForwardParams<Traits>& params, const ForwardTil
 
 template <class Traits, class AccO, class RowCoords, int kRows>
 CUTE_DEVICE void store_tile(const ForwardParams<Traits>& params, const ForwardTile& t, AccO const& tOrO,
-                            RowCoords const& tScS, const float (&lse)[kRows], int pack, int thread) {
+                            RowCoords const& tScS, const float (&lse)[kRows], const FastDivisor& pack, int thread) {
   const int q = thread % 4;
   auto row_pointer = [&](int tile_row) -> typename Traits::OutputElement* {
     const int row = t.first_row + tile_row;

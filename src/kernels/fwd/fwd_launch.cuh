@@ -197,7 +197,7 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   const int ctas = persistent_ctas(device);
   const ForwardWorkspacePlan plan = forward_workspace_plan<Traits>(p, device, workspace != nullptr);
   const ForwardSplitPlan& layout = plan.layout;
-  params.pack = layout.pack;
+  params.pack = FastDivisor(layout.pack);
   if (plan.needed()) {
     ForwardWorkspace<Traits>::carve(workspace, ctas, plan.dynamic, plan.tail.enabled(),
                                     layout.split() ? layout.splits : 0, forward_output_rows(p), params);
@@ -209,7 +209,7 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   const int group = tile_heads / p.heads_kv;
   if (p.mask.unbounded()) {
     params.scheduler = TileScheduler::make(num_m_blocks, tile_heads, p.batch, group, /*kv_heads_per_section=*/1, 0);
-    params.scheduler.key_splits = layout.splits;
+    params.scheduler.split_keys(layout.splits);
     params.scheduler.tail = plan.tail;
     return params;
   }
@@ -222,7 +222,7 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   const long long kv_heads = global_order ? 0 : TileScheduler::kv_heads_within(device.l2_bytes / 2, kv_bytes_per_head);
   params.scheduler = TileScheduler::make(num_m_blocks, tile_heads, p.batch, group, kv_heads, min_masked_rounds * ctas,
                                          /*equal_sections=*/plan.dynamic);
-  params.scheduler.key_splits = layout.splits;
+  params.scheduler.split_keys(layout.splits);
   return params;
 }
 

@@ -410,7 +410,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     load_k(t.n_blocks.end - 1);  // while the consumers may still be in the previous tile's epilogue
     if constexpr (!kGatherHelper) {  // Q is the producer's alone
       wait_query_released_before<Traits>(smem, round);  // sQ holds the previous tile's Q until then
-      if (params.pack > 1) {
+      if (params.pack.divisor() > 1) {
         // The consumers load this tile's Q themselves (load_packed_query).
         if (leader) smem.q_full.arrive();
       } else if (leader) {
@@ -579,7 +579,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
 
   typename Traits::PipelineState state_k, state_v;
   uint32_t q_phase = 0;
-  const int pack = kPackedRows ? params.pack : 1;
+  const FastDivisor pack = kPackedRows ? params.pack : FastDivisor();
   const BandMask mask = params.problem.mask;
   constexpr bool kSoftcap = kScores == ScoreVariant::kSoftcap;
   const bool prescale = !kSoftcap && params.scale_log2 < 0.f;

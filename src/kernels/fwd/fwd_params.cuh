@@ -80,7 +80,7 @@ struct ForwardParams {
   // (softmax_scale / softcap), the softmax's exp2 factor softcap_log2 (softcap * log2(e)).
   float softcap_in;
   float softcap_log2;
-  int pack;            // query heads per tile row group (fwd_split_plan.hpp); 1: none
+  FastDivisor pack;    // query heads per tile row group (fwd_split_plan.hpp); 1: none
   TileScheduler scheduler;
   // Into the workspace (fwd_workspace.cuh), all null without one: its counters, which a kernel
   // ahead of this one zeroes; the dynamic schedule's tile counter (null: the static schedule); the

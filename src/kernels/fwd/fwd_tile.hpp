@@ -11,7 +11,7 @@
 namespace hopattn {
 
 struct ForwardTile {
-  // Tile rows are query rows, or with packed GQA heads (params.pack > 1) (query row, head) pairs:
+  // Tile rows are query rows, or with packed GQA heads (a pack > 1, params.pack) (query row, head) pairs:
   // row r is query r / pack of head `head` + r % pack (see query_of / head_of). The pack is the
   // kernel's, not a field: the publisher warp builds the tile in 24 registers.
   int first_row;  // row of the tile's row 0: m_block * kBlockM - query_block_pad (may be < 0)
@@ -20,8 +20,8 @@ struct ForwardTile {
   int batch_coord;  // batch index of Q's TMA tensor (0 in varlen mode, where offsets locate sequences)
   int kv_batch;     // of K/V's: the same, or a KV cache's row (of the page table when paged)
   int batch;
-  int q_offset;     // first token of the sequence along the packed axis (0 in fixed-length mode)
-  int k_offset;     // first key along K/V's token axis (a KV cache's left padding)
+  int q_offset;  // first token of the sequence along the packed axis (0 in fixed-length mode)
+  int k_offset;  // first key along K/V's token axis (a KV cache's left padding)
   int seqlen_q;
   int seqlen_k;
   BlockRange n_blocks;  // key blocks to visit, all of them from n_blocks.end - 1 down
@@ -29,11 +29,11 @@ struct ForwardTile {
   // A KV cache's lengths or row index broke the cache's bounds: no key is read and the rows are NaN.
   bool faulted;
 
-  HOPATTN_HOST_DEVICE int rows(int pack) const { return seqlen_q * pack; }
-  HOPATTN_HOST_DEVICE bool has_rows(int pack) const { return first_row < rows(pack); }
+  HOPATTN_HOST_DEVICE int rows(const FastDivisor& pack) const { return seqlen_q * pack.divisor(); }
+  HOPATTN_HOST_DEVICE bool has_rows(const FastDivisor& pack) const { return first_row < rows(pack); }
   // Row `row` (>= 0) of the sequence's rows: its query and head.
-  HOPATTN_HOST_DEVICE int query_of(int row, int pack) const { return pack == 1 ? row : row / pack; }
-  HOPATTN_HOST_DEVICE int head_of(int row, int pack) const { return pack == 1 ? head : head + row % pack; }
+  HOPATTN_HOST_DEVICE int query_of(int row, const FastDivisor& pack) const { return pack.divide(row); }
+  HOPATTN_HOST_DEVICE int head_of(int row, const FastDivisor& pack) const { return head + pack.remainder(row); }
 
   // What the publisher warp hands the consumers after the last tile (no tile has a negative head).
   HOPATTN_HOST_DEVICE static ForwardTile end_marker() {
@@ -130,17 +130,18 @@ HOPATTN_HOST_DEVICE int gathered_page(const KeyCache& cache, const ForwardTile& 
 
 // The tile that `s` schedules, for tiles of block_m rows and key blocks of block_n keys, `pack`
 // rows per query (fwd_split_plan.hpp).
-HOPATTN_HOST_DEVICE ForwardTile forward_tile(const Problem& p, const TileScheduler& scheduler, int pack, int block_m,
-                                             int block_n, const ScheduledTile& s) {
+HOPATTN_HOST_DEVICE ForwardTile forward_tile(const Problem& p, const TileScheduler& scheduler, const FastDivisor& pack,
+                                             int block_m, int block_n, const ScheduledTile& s) {
   const WorkTile w = scheduler.tile(s.linear);
   const Sequence q = p.queries.sequence(w.batch);
   const Sequence k = p.keys.sequence(w.batch);
   ForwardTile t;
-  const int pad = query_block_pad(p.mask, block_m, q.length * pack);
+  const int pad = query_block_pad(p.mask, block_m, q.length * pack.divisor());
   t.first_row = w.m_block * block_m - pad;
-  // Packed, the scheduler's head is the KV head and the tile starts at its group's first head.
-  t.head = pack == 1 ? w.head : w.head * pack;
-  t.head_kv = pack == 1 ? w.head / (p.heads / p.heads_kv) : w.head;
+  // Packed, the scheduler's head is the KV head (its group is 1) and the tile starts at its
+  // group's first query head.
+  t.head = w.head * pack.divisor();
+  t.head_kv = scheduler.by_group.divide(w.head);
   t.batch = w.batch;
   t.batch_coord = p.varlen() ? 0 : w.batch;
   t.kv_batch = p.key_cache.enabled() ? p.key_cache.row(w.batch) : (p.keys.varlen() ? 0 : w.batch);
@@ -152,7 +153,7 @@ HOPATTN_HOST_DEVICE ForwardTile forward_tile(const Problem& p, const TileSchedul
   t.n_blocks = n_block_range(p.mask, w.m_block, block_m, block_n, q.length, t.seqlen_k, pad, pack);
   t.unmasked = n_block_range_unmasked(p.mask, w.m_block, block_m, block_n, q.length, t.seqlen_k, pad, pack);
   if (scheduler.key_splits > 1) {  // this piece's share of the visible blocks
-    const BlockRange piece = key_split_piece(t.n_blocks, w.split, scheduler.key_splits);
+    const BlockRange piece = key_split_piece(t.n_blocks, w.split, scheduler.by_key_splits);
     t.n_blocks = piece;
     t.unmasked = intersect(t.unmasked, piece);
   } else if (scheduler.split(s.linear)) {

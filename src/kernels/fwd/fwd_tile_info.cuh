@@ -19,7 +19,7 @@ CUTE_DEVICE int next_published_tile_slot(int slot) { return slot == kPublishedTi
 // The piece of its tile's keys that a scheduled tile is (key splits; 0 without them).
 template <class Traits>
 CUTE_DEVICE int key_split_of(const ForwardParams<Traits>& params, const ScheduledTile& s) {
-  return params.scheduler.key_splits > 1 ? s.linear % params.scheduler.key_splits : 0;
+  return params.scheduler.by_key_splits.remainder(s.linear);
 }
 
 template <class Traits>
