@@ -168,6 +168,9 @@ struct TileScheduler {
     w.split = linear - unsplit * key_splits;
     linear = unsplit;
     const int in_wide = wide_sections * wide_pairs * num_m_blocks;
+    // A section's tiles go over its pairs for each m_block in turn, from the last m_block down:
+    // `step` m_blocks below the last, and first_pair, the section's first (batch, head) pair,
+    // ends as the tile's own.
     int first_pair = 0, in_section = 0, step = 0;
     if (linear < in_wide) {
       const int section = by_wide_tiles.divide(linear);
