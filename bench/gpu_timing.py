@@ -49,13 +49,10 @@ def median_ms(torch, fn, warmup, reps, budget_s=float("inf")):
     return statistics.median(times), len(times)
 
 
-def graph_replay_ms(torch, fns, warmup, replays, measurements=5):
-    """GPU time of one call from CUDA-graph replays. Each callable of `fns` (one call, or the same
-    call on several copies of its inputs, so that a replay does not find them in L2) is warmed up
-    `warmup` times on a side stream, as capture requires, then captured once in a graph of its own.
-    A measurement replays the graphs in turn `replays` times between two events, queued behind a
-    sleep kernel as in median_ms, and divides. Returns (median ms per call over `measurements`,
-    replays per measurement)."""
+def captured_graphs(torch, fns, warmup):
+    """Each callable of `fns` warmed up `warmup` times on a side stream, as capture requires, then
+    captured once in a CUDA graph of its own and replayed once (a graph's first replay also uploads
+    it). Returns (graphs, outputs): keep the outputs alive as long as the graphs that write them."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -67,11 +64,21 @@ def graph_replay_ms(torch, fns, warmup, replays, measurements=5):
     for fn in fns:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            outputs.append(fn())  # alive as long as the graph that writes it on every replay
+            outputs.append(fn())
         graphs.append(graph)
-    for graph in graphs:  # a graph's first replay also uploads it
+    for graph in graphs:
         graph.replay()
     torch.cuda.synchronize()
+    return graphs, outputs
+
+
+def graph_replay_ms(torch, fns, warmup, replays, measurements=5):
+    """GPU time of one call from CUDA-graph replays. Each callable of `fns` (one call, or the same
+    call on several copies of its inputs, so that a replay does not find them in L2) is captured in
+    a graph of its own (captured_graphs). A measurement replays the graphs in turn `replays` times
+    between two events, queued behind a sleep kernel as in median_ms, and divides. Returns (median
+    ms per call over `measurements`, replays per measurement)."""
+    graphs, outputs = captured_graphs(torch, fns, warmup)
     # One cycle across all measurements: a graph's inputs come back only after every other graph's.
     turns = itertools.cycle(graphs)
     enqueue_start = time.perf_counter()

@@ -31,22 +31,9 @@ def calls(torch, a):
 def step_kernels(torch, fns, replays):
     """The kernels of `replays` graph replays (the copies' graphs in turn), as (name, start us,
     end us), in start order."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            for fn in fns:
-                fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graphs = []
-    for fn in fns:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        graphs.append(graph)
-    for graph in graphs:
-        graph.replay()
-    torch.cuda.synchronize()
+    import gpu_timing
+
+    graphs, outputs = gpu_timing.captured_graphs(torch, fns, warmup=3)  # outputs: alive while replayed
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:

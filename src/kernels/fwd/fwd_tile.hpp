@@ -11,9 +11,9 @@
 namespace hopattn {
 
 struct ForwardTile {
-  // Tile rows are query rows, or with packed GQA heads (a pack > 1, params.pack) (query row, head) pairs:
-  // row r is query r / pack of head `head` + r % pack (see query_of / head_of). The pack is the
-  // kernel's, not a field: the publisher warp builds the tile in 24 registers.
+  // Tile rows are query rows or, where the kernel packs GQA heads (params.pack > 1), (query row,
+  // head) pairs: row r is query r / pack of head `head` + r % pack (see query_of / head_of). The
+  // pack is the kernel's, not a field: the publisher warp builds the tile in 24 registers.
   int first_row;  // row of the tile's row 0: m_block * kBlockM - query_block_pad (may be < 0)
   int head;       // the tile's (first) query head
   int head_kv;
