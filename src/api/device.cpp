@@ -1,5 +1,6 @@
 #include "api/device.hpp"
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -40,12 +41,41 @@ Status no_device(cudaError_t error, const char* what) {
                                                     "); hopattn needs an NVIDIA Hopper GPU (sm_90: H100/H200)");
 }
 
+// Whether a CUDA context is current on this host thread: the driver's cuCtxGetCurrent, through
+// the runtime's entry-point query (the library links the runtime statically, not the driver).
+// Unknown (the query failed) counts as none.
+bool context_is_current() {
+  using GetCurrent = CUresult (*)(CUcontext*);
+  static const GetCurrent get_current = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    const cudaError_t error = cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &function, 4000, cudaEnableDefault, &found);
+#else
+    const cudaError_t error = cudaGetDriverEntryPoint("cuCtxGetCurrent", &function, cudaEnableDefault, &found);
+#endif
+    if (error != cudaSuccess) cudaGetLastError();
+    return error == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<GetCurrent>(function)
+                                                                        : nullptr;
+  }();
+  CUcontext context = nullptr;
+  return get_current != nullptr && get_current(&context) == CUDA_SUCCESS && context != nullptr;
+}
+
 }  // namespace
 
 Status check_current_device() {
   // Asked every time: the current device is per host thread and the caller may switch it.
   int device = -1;
   if (cudaError_t error = cudaGetDevice(&device); error != cudaSuccess) return no_device(error, "cudaGetDevice");
+  // A host thread whose runtime calls so far needed no context (cudaGetDevice does not; PyTorch's
+  // autograd worker thread, running our backward first) has none current, and the launch's TMA
+  // descriptors are encoded through the driver, which then fails (CUDA_ERROR_INVALID_CONTEXT) and
+  // leaves them garbage: the kernel stopped with an illegal instruction. cudaSetDevice makes the
+  // device's primary context current; a context already current (the caller's own) is kept.
+  if (!context_is_current()) {
+    if (cudaError_t error = cudaSetDevice(device); error != cudaSuccess) return no_device(error, "cudaSetDevice");
+  }
   if (cached_limits(device).multiprocessors > 0) return Status();
 
   int major = 0, minor = 0, multiprocessors = 0, l2_bytes = 0;

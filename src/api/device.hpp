@@ -7,9 +7,11 @@
 namespace hopattn {
 
 // kOk when the current device is an sm_90 (Hopper) GPU; otherwise a kDeviceUnavailable status
-// that says what was found. Never launches anything and never aborts. Called once per forward
-// and backward: after a device has passed once, later calls on it cost one cudaGetDevice and an
-// atomic load. Safe to call from several host threads at once.
+// that says what was found. Where no CUDA context is current on the calling thread, makes the
+// current device's primary context current (the TMA descriptors need one). Never launches
+// anything and never aborts. Called once per forward and backward: after a device has passed
+// once, later calls on it cost one cudaGetDevice, one cuCtxGetCurrent and an atomic load. Safe
+// to call from several host threads at once.
 Status check_current_device();
 
 // The limits of the current device. Expects check_current_device() to have succeeded on this

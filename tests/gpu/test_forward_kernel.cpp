@@ -272,5 +272,44 @@ TEST_F(ForwardKernel, ConcurrentCallsFromHostThreads) {
   }
 }
 
+// A host thread whose only CUDA calls are the library's has no context current until one of them
+// makes one so; PyTorch's autograd worker thread runs our backward so. The library makes the
+// device's primary context current there: its TMA descriptors are encoded through the driver,
+// which without a context failed (CUDA_ERROR_INVALID_CONTEXT) and left them garbage, and the
+// kernel stopped with an illegal instruction. Forward and backward, each from a fresh thread,
+// give the main thread's results bitwise.
+TEST_F(ForwardKernel, CallsFromThreadsWithoutACurrentContext) {
+  CaseSpec spec;
+  spec.head_dim = 128;
+  spec.seqlen_q = 300;
+  spec.seqlen_k = 700;
+  spec.causal = true;
+  spec.seed = 420;
+  if (!built_for(spec)) GTEST_SKIP() << "no kernel for this case in this build";
+  const AttentionCase c(spec);
+  const Outputs expected = c.new_outputs(), got = c.new_outputs();
+  ASSERT_TRUE(call_forward(c, expected, /*with_workspace=*/false).ok());
+  ASSERT_TRUE(call_backward(c, expected, expected, /*deterministic=*/true).ok());
+  // The backward's inputs are the main thread's forward outputs; its gradients go to `got`.
+  const BackwardArgs backward_args = c.backward_args(expected, got);
+  size_t bytes = 0;
+  ASSERT_TRUE(backward_workspace_size(backward_args, &bytes).ok());
+  const DeviceBuffer workspace(bytes);
+  const ForwardArgs forward_args = c.forward_args(got);
+  check_cuda(cudaDeviceSynchronize(), "the main thread's calls");
+
+  Status forward_status, backward_status;
+  std::thread([&] { forward_status = forward(forward_args, nullptr); }).join();
+  std::thread([&] {
+    BackwardArgs args = backward_args;
+    args.deterministic = true;
+    backward_status = backward(args, Workspace{workspace.data(), bytes}, nullptr);
+  }).join();
+  ASSERT_TRUE(forward_status.ok()) << forward_status.message();
+  ASSERT_TRUE(backward_status.ok()) << backward_status.message();
+  check_cuda(cudaDeviceSynchronize(), "the calls from fresh threads");
+  expect_bitwise_equal(c, expected, got, {Field::kO, Field::kLse, Field::kDq, Field::kDk, Field::kDv});
+}
+
 }  // namespace
 }  // namespace hopattn::testing
