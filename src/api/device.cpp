@@ -50,7 +50,8 @@ bool context_is_current() {
     void* function = nullptr;
     cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
 #if CUDART_VERSION >= 12050
-    const cudaError_t error = cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &function, 4000, cudaEnableDefault, &found);
+    const cudaError_t error =
+        cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &function, 4000, cudaEnableDefault, &found);
 #else
     const cudaError_t error = cudaGetDriverEntryPoint("cuCtxGetCurrent", &function, cudaEnableDefault, &found);
 #endif
