@@ -266,14 +266,15 @@ cudaError_t launch_forward_grid(const Problem& problem, const ForwardParams<Trai
   if (params.scheduler.key_splits == 1) return cudaSuccess;
   // The pieces' partials into O and LSE; the combine kernel's CTAs start as the forward's finish
   // and wait for all of them before reading. Its grid fits (fwd_split_plan.hpp checks).
-  constexpr int kRows = SplitCombineShape<Traits>::kRows;
+  constexpr int kRows = SplitCombineShape<Traits::kHeadDimV>::kRows;
   const long long row_blocks = (static_cast<long long>(problem.max_seqlen_q) * problem.heads + kRows - 1) / kRows;
   auto launch_combine = [&](auto wide_ctas) {
     constexpr bool kWide = decltype(wide_ctas)::value;
-    return launch_overlapping_previous(&combine_key_splits_kernel<Traits, kWide>,
-                                       dim3(static_cast<unsigned>(row_blocks * problem.batch)),
-                                       dim3(SplitCombineShape<Traits, kWide>::kThreads), 0, stream, params,
-                                       static_cast<int>(row_blocks));
+    return launch_overlapping_previous(
+        &combine_key_splits_kernel<typename Traits::OutputElement, Traits::kHeadDimV, kWide>,
+        dim3(static_cast<unsigned>(row_blocks * problem.batch)),
+        dim3(SplitCombineShape<Traits::kHeadDimV, kWide>::kThreads), 0, stream, split_combine_params(params),
+        static_cast<int>(row_blocks));
   };
   return row_blocks * problem.batch < ctas ? launch_combine(std::true_type{}) : launch_combine(std::false_type{});
 }

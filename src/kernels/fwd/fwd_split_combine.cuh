@@ -21,21 +21,49 @@
 
 namespace hopattn {
 
+// What the combine kernel reads: the problem (its sequences and heads), the pieces' partials and
+// the outputs, taken from the forward's params, so that one combine kernel serves every tile shape
+// of a head dim and output type (it was instantiated once per forward tile configuration).
+struct SplitCombineParams {
+  Problem problem;
+  const float* split_o;
+  const float* split_lse;
+  long long split_output_rows;
+  int key_splits;
+  RowTensor o;
+  RowTensor lse;       // lse.data may be null
+  const float* sinks;  // null: none
+};
+
+template <class Traits>
+SplitCombineParams split_combine_params(const ForwardParams<Traits>& params) {
+  SplitCombineParams c;
+  c.problem = params.problem;
+  c.split_o = params.split_o;
+  c.split_lse = params.split_lse;
+  c.split_output_rows = params.split_output_rows;
+  c.key_splits = params.scheduler.key_splits;
+  c.o = params.o;
+  c.lse = params.lse;
+  c.sinks = params.sinks;
+  return c;
+}
+
 // kWideCtas: where the combine has fewer CTAs than SMs (decode at batch 1; MQA: 32 rows, 8 CTAs),
 // more warps share each CTA's pieces, since each warp's rounds are one memory latency each: with 4
 // warps the combine took 12.8 us of a 32/1 decode step's ~35 (128 pieces, 8 rounds a warp; H100,
 // ncu). Where there are CTAs enough, 4 warps: 16 were 9% slower (32/1, batch 16, 4 queries).
-template <class Traits, bool kWideCtas = false>
+template <int kHeadDimV, bool kWideCtas = false>
 struct SplitCombineShape {
   static constexpr int kRows = ForwardSplitModel::kCombineRowsPerCta;  // output rows per CTA
   // Wide: 16 warps at head dim 128, 8 elsewhere, so that the warps' partial sums stay within 32 KB
   // of shared memory and each thread within its share of the registers (at 512 threads ptxas
   // spilled the d64 kernel's 64 loads of a round).
-  static constexpr int kWarps = !kWideCtas ? kRows : Traits::kHeadDimV == 128 ? 16 : 8;
+  static constexpr int kWarps = !kWideCtas ? kRows : kHeadDimV == 128 ? 16 : 8;
   static_assert(kWarps >= kRows, "the first and last steps take a row per warp");
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kColumnsPerLane = Traits::kHeadDimV / 32;  // lane l: columns l, l + 32, ...
-  static_assert(Traits::kHeadDimV % 32 == 0, "a warp covers a row in steps of 32 columns");
+  static constexpr int kColumnsPerLane = kHeadDimV / 32;  // lane l: columns l, l + 32, ...
+  static_assert(kHeadDimV % 32 == 0, "a warp covers a row in steps of 32 columns");
   // Pieces whose loads a warp issues before it uses any: one memory latency per round. With one
   // piece a round, MQA decode's 128 pieces took 32 latencies per warp (32/1 heads, 32k keys, b1:
   // 0.25 TB/s on the H200 against 0.42 with 32 pieces). 16 values of O per lane and round keep the
@@ -58,18 +86,18 @@ CUTE_DEVICE LogSumExp warp_merge(LogSumExp acc) {
 
 // Grid: one CTA per kRows output rows of each sequence, blockIdx.x = batch * row_blocks + block,
 // row_blocks = ceil(max_seqlen_q * heads / kRows). Output row i of a sequence is (query i / heads,
-// head i % heads); rows past the sequence's queries are not written, as in the forward.
-template <class Traits, bool kWideCtas>
-__global__ void __launch_bounds__(SplitCombineShape<Traits, kWideCtas>::kThreads)
-    combine_key_splits_kernel(CUTE_GRID_CONSTANT ForwardParams<Traits> const params, int row_blocks) {
-  using Shape = SplitCombineShape<Traits, kWideCtas>;
-  using Element = typename Traits::OutputElement;  // O's
+// head i % heads); rows past the sequence's queries are not written, as in the forward. Element:
+// O's type.
+template <class Element, int kHeadDimV, bool kWideCtas>
+__global__ void __launch_bounds__(SplitCombineShape<kHeadDimV, kWideCtas>::kThreads)
+    combine_key_splits_kernel(CUTE_GRID_CONSTANT SplitCombineParams const params, int row_blocks) {
+  using Shape = SplitCombineShape<kHeadDimV, kWideCtas>;
   constexpr int kWarps = Shape::kWarps;
   constexpr int kRows = Shape::kRows;
   constexpr int kColumns = Shape::kColumnsPerLane;
   constexpr int kPieces = Shape::kPiecesPerRound;
   __shared__ float row_lse[kRows];
-  __shared__ float sums[kWarps][kRows][Traits::kHeadDimV];
+  __shared__ float sums[kWarps][kRows][kHeadDimV];
 
   // Every CTA waits for the forward kernel, also those past their sequence's rows: a CTA that left
   // before it could let this kernel complete while the forward still runs.
@@ -83,7 +111,7 @@ __global__ void __launch_bounds__(SplitCombineShape<Traits, kWideCtas>::kThreads
   if (first >= rows_in_sequence) return;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int splits = params.scheduler.key_splits;
+  const int splits = params.key_splits;
   const long long piece_rows = params.split_output_rows;
   auto row_index = [&](int r) {  // among one piece's rows (fwd_workspace.cuh)
     const int i = first + r;
@@ -127,7 +155,7 @@ __global__ void __launch_bounds__(SplitCombineShape<Traits, kWideCtas>::kThreads
       for (int r = 0; r < kRows; ++r) {
         const long long at = s * piece_rows + row_at[r];
         piece_lse[u][r] = __ldcg(params.split_lse + at);
-        const float* o = params.split_o + at * Traits::kHeadDimV + lane;
+        const float* o = params.split_o + at * kHeadDimV + lane;
         CUTE_UNROLL
         for (int c = 0; c < kColumns; ++c) v[u][r][c] = __ldcg(o + 32 * c);
       }
