@@ -274,7 +274,7 @@ TEST(ForwardSplitPlan, TilesCoverEveryRowAndVisibleKeyOnce) {
       return ::testing::Message() << "trial " << trial << " batch " << batch << " heads " << heads << "/" << heads_kv
                                   << (varlen ? " varlen" : "") << " mask(" << p.mask.left << "," << p.mask.right
                                   << ") bm " << block_m << " bn " << block_n << " pack " << pack << " splits "
-                                  << scheduler.key_splits;
+                                  << scheduler.key_splits();
     };
     // Per batch entry: row (query, head) -> tiles seen; (query, head, key) -> times covered.
     std::vector<std::vector<int>> row_tiles(batch), key_cover(batch);
@@ -308,7 +308,7 @@ TEST(ForwardSplitPlan, TilesCoverEveryRowAndVisibleKeyOnce) {
       const Sequence sq = p.queries.sequence(b), sk = p.keys.sequence(b);
       for (int q = 0; q < sq.length; ++q) {
         for (int h = 0; h < heads; ++h) {
-          ASSERT_EQ(row_tiles[b][static_cast<size_t>(q) * heads + h], scheduler.key_splits)
+          ASSERT_EQ(row_tiles[b][static_cast<size_t>(q) * heads + h], scheduler.key_splits())
               << describe() << " batch " << b << " query " << q << " head " << h;
           for (int j = 0; j < sk.length; ++j) {
             const int expected = is_visible(p.mask, q, j, sq.length, sk.length) ? 1 : 0;

@@ -18,9 +18,9 @@ std::vector<int> visits(const TileScheduler& s, int ctas) {
       const int linear = TileScheduler::linear_tile(round, cta, ctas);
       if (linear >= s.total_tiles()) break;
       const WorkTile w = s.tile(linear);
-      EXPECT_TRUE(w.m_block >= 0 && w.m_block < s.num_m_blocks && w.head >= 0 && w.head < s.heads && w.batch >= 0 &&
+      EXPECT_TRUE(w.m_block >= 0 && w.m_block < s.num_m_blocks && w.head >= 0 && w.head < s.heads() && w.batch >= 0 &&
                   w.batch < s.batch);
-      ++count[(static_cast<size_t>(w.batch) * s.heads + w.head) * s.num_m_blocks + w.m_block];
+      ++count[(static_cast<size_t>(w.batch) * s.heads() + w.head) * s.num_m_blocks + w.m_block];
     }
   }
   return count;
@@ -35,8 +35,8 @@ TEST(TileScheduler, EveryTileExactlyOnce) {
     const long long min_tiles = (rng() % 2 == 0) ? 0 : static_cast<long long>(rng() % 600);
     const TileScheduler s =
         TileScheduler::make(m_blocks, heads, batch, 1 + static_cast<int>(rng() % 4), kv_heads, min_tiles);
-    ASSERT_GE(s.wide_pairs, 1);
-    ASSERT_LE(s.wide_pairs, heads * batch);
+    ASSERT_GE(s.wide_pairs(), 1);
+    ASSERT_LE(s.wide_pairs(), heads * batch);
     for (int c : visits(s, ctas)) ASSERT_EQ(c, 1) << "trial " << trial;
   }
 }
@@ -45,7 +45,7 @@ TEST(TileScheduler, LongestFirstWithinASection) {
   // One section: the m_blocks come from the last to the first, each over all (batch, head) pairs.
   const TileScheduler s = TileScheduler::make(/*num_m_blocks=*/5, /*heads=*/3, /*batch=*/2, /*group=*/1,
                                               /*kv_heads_per_section=*/0, /*min_section_tiles=*/0);
-  ASSERT_EQ(s.wide_pairs, 6);
+  ASSERT_EQ(s.wide_pairs(), 6);
   for (int linear = 0; linear < s.total_tiles(); ++linear) EXPECT_EQ(s.tile(linear).m_block, 4 - linear / 6);
 }
 
@@ -53,13 +53,13 @@ TEST(TileScheduler, SectionsHoldTheQueryHeadsOfTheirKvHeads) {
   EXPECT_EQ(TileScheduler::kv_heads_within(/*bytes=*/25LL << 20, /*kv_bytes_per_head=*/8LL << 20), 3);
   EXPECT_EQ(TileScheduler::kv_heads_within(1LL << 20, 8LL << 20), 1);  // at least one
   const TileScheduler s = TileScheduler::make(8, 16, 1, /*group=*/1, /*kv_heads_per_section=*/3, 0);
-  EXPECT_EQ(s.wide_pairs, 3);
+  EXPECT_EQ(s.wide_pairs(), 3);
   EXPECT_EQ(s.wide_sections, 5);
-  EXPECT_EQ(s.narrow_pairs, 1);  // the rest
+  EXPECT_EQ(s.narrow_pairs(), 1);  // the rest
   const TileScheduler gqa = TileScheduler::make(8, 16, 1, /*group=*/4, 3, 0);
-  EXPECT_EQ(gqa.wide_pairs, 12);  // query heads of a group share their K/V
+  EXPECT_EQ(gqa.wide_pairs(), 12);  // query heads of a group share their K/V
   const TileScheduler padded = TileScheduler::make(8, 16, 1, 1, 3, /*min_section_tiles=*/40);
-  EXPECT_EQ(padded.wide_pairs, 5);  // at least 40 tiles of 8 m_blocks
+  EXPECT_EQ(padded.wide_pairs(), 5);  // at least 40 tiles of 8 m_blocks
 }
 
 // Equal sections: as many as the size limit needs, sharing the KV heads evenly (the first ones
@@ -68,23 +68,23 @@ TEST(TileScheduler, EqualSectionsShareTheKvHeadsEvenly) {
   const TileScheduler s = TileScheduler::make(32, 16, 4, /*group=*/1, /*kv_heads_per_section=*/12,
                                               /*min_section_tiles=*/528, /*equal_sections=*/true);
   EXPECT_EQ(s.wide_sections, 0);  // 64 pairs, at most 17 a section: 4 sections of 16
-  EXPECT_EQ(s.narrow_pairs, 16);
+  EXPECT_EQ(s.narrow_pairs(), 16);
   const TileScheduler uneven = TileScheduler::make(8, 10, 1, 1, 4, 0, true);
   EXPECT_EQ(uneven.wide_sections, 1);  // 10 pairs, at most 4 a section: 4, 3, 3
-  EXPECT_EQ(uneven.wide_pairs, 4);
-  EXPECT_EQ(uneven.narrow_pairs, 3);
+  EXPECT_EQ(uneven.wide_pairs(), 4);
+  EXPECT_EQ(uneven.narrow_pairs(), 3);
   const TileScheduler gqa = TileScheduler::make(8, 12, 1, /*group=*/2, 2, 0, true);
   EXPECT_EQ(gqa.wide_sections, 0);  // 6 KV heads, at most 2 a section: 3 sections of 2 KV heads
-  EXPECT_EQ(gqa.narrow_pairs, 4);
+  EXPECT_EQ(gqa.narrow_pairs(), 4);
   std::mt19937 rng(5);
   for (int trial = 0; trial < 2000; ++trial) {
     const int group = 1 + static_cast<int>(rng() % 4);
     const TileScheduler r = TileScheduler::make(1 + static_cast<int>(rng() % 40), group * (1 + static_cast<int>(rng() % 6)),
                                                 1 + static_cast<int>(rng() % 6), group,
                                                 static_cast<long long>(rng() % 8), static_cast<long long>(rng() % 600), true);
-    EXPECT_EQ(r.wide_pairs % group, 0);
-    EXPECT_EQ(r.narrow_pairs % group, 0);
-    if (r.narrow_pairs > 0) EXPECT_EQ(r.wide_pairs, r.narrow_pairs + group);
+    EXPECT_EQ(r.wide_pairs() % group, 0);
+    EXPECT_EQ(r.narrow_pairs() % group, 0);
+    if (r.narrow_pairs() > 0) EXPECT_EQ(r.wide_pairs(), r.narrow_pairs() + group);
     for (int c : visits(r, 1 + static_cast<int>(rng() % 140))) ASSERT_EQ(c, 1) << "trial " << trial;
   }
 }

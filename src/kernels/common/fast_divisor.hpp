@@ -18,9 +18,10 @@ namespace hopattn {
 class FastDivisor {
  public:
   FastDivisor() = default;  // divides by 1
-  // d >= 1 (a divisor of 0 or below divides like 1: callers never use one).
-  HOPATTN_HOST_DEVICE explicit FastDivisor(int d) : divisor_(d > 1 ? d : 1) {
-    if (divisor_ == 1) return;  // n * m >> p with p = 31 would need a 33-bit multiplier
+  // d >= 0. A count of 0 (an empty kind of section) is kept as such, so that the divisor can stand
+  // for its count; dividing by it divides like 1 (callers never do).
+  HOPATTN_HOST_DEVICE explicit FastDivisor(int d) : divisor_(d > 0 ? d : 0) {
+    if (divisor_ <= 1) return;  // n * m >> p with p = 31 would need a 33-bit multiplier
     int log2_ceil = 0;
     while ((1LL << log2_ceil) < divisor_) ++log2_ceil;
     const int p = 31 + log2_ceil;
@@ -32,14 +33,14 @@ class FastDivisor {
 
   // n / d and n % d, for 0 <= n < 2^31.
   HOPATTN_HOST_DEVICE int divide(int n) const {
-    if (divisor_ == 1) return n;
+    if (divisor_ <= 1) return n;
 #if defined(__CUDA_ARCH__)
     return static_cast<int>(__umulhi(static_cast<uint32_t>(n), multiplier_) >> shift_);
 #else
     return static_cast<int>((static_cast<uint64_t>(static_cast<uint32_t>(n)) * multiplier_) >> 32 >> shift_);
 #endif
   }
-  HOPATTN_HOST_DEVICE int remainder(int n) const { return n - divide(n) * divisor_; }
+  HOPATTN_HOST_DEVICE int remainder(int n) const { return divisor_ <= 1 ? 0 : n - divide(n) * divisor_; }
 
  private:
   int divisor_ = 1;

@@ -94,29 +94,28 @@ struct TailSplit {
   }
 };
 
-// Made by make(), its key splits set by split_keys(): tile() divides by precomputed divisors
-// (fast_divisor.hpp), which those two keep in step with the counts.
+// Made by make(), its key splits set by split_keys(). tile() divides by precomputed divisors
+// (fast_divisor.hpp); the counts it divides by are kept only there, so they cannot drift apart.
 struct TileScheduler {
   int num_m_blocks = 0;  // blocks of the longest query sequence
-  int heads = 0;
   int batch = 0;
-  int group = 1;  // of the heads, how many share a KV head (1 where a tile packs a GQA group)
-  // L2 sections of (batch, head) pairs, in order: wide_sections of wide_pairs pairs, then the
-  // others of narrow_pairs (see make()).
-  int wide_pairs = 1;
+  // L2 sections of (batch, head) pairs, in order: wide_sections of wide_pairs() pairs, then the
+  // others of narrow_pairs() (see make()).
   int wide_sections = 1;
-  int narrow_pairs = 0;
-  int key_splits = 1;
   TailSplit tail;
-  // By heads, group, key_splits, the pairs of each kind of section and the tiles of each.
+  // By the heads, the group (of the heads, how many share a KV head; 1 where a tile packs a GQA
+  // group), the key splits, the pairs of each kind of section and the tiles of each.
   FastDivisor by_heads, by_group, by_key_splits, by_wide_pairs, by_narrow_pairs, by_wide_tiles, by_narrow_tiles;
 
-  void split_keys(int splits) {
-    key_splits = splits;
-    by_key_splits = FastDivisor(splits);
-  }
+  HOPATTN_HOST_DEVICE int heads() const { return by_heads.divisor(); }
+  HOPATTN_HOST_DEVICE int group() const { return by_group.divisor(); }
+  HOPATTN_HOST_DEVICE int key_splits() const { return by_key_splits.divisor(); }
+  HOPATTN_HOST_DEVICE int wide_pairs() const { return by_wide_pairs.divisor(); }
+  HOPATTN_HOST_DEVICE int narrow_pairs() const { return by_narrow_pairs.divisor(); }
 
-  HOPATTN_HOST_DEVICE int total_tiles() const { return num_m_blocks * heads * batch * key_splits; }
+  void split_keys(int splits) { by_key_splits = FastDivisor(splits); }
+
+  HOPATTN_HOST_DEVICE int total_tiles() const { return num_m_blocks * heads() * batch * key_splits(); }
 
   // The linear tile that CTA `cta` of `ctas` takes in round `round` without a split tail;
   // >= total_tiles() once the CTA is done (rounds only grow).
@@ -165,29 +164,29 @@ struct TileScheduler {
   HOPATTN_HOST_DEVICE WorkTile tile(int linear) const {
     WorkTile w;
     const int unsplit = by_key_splits.divide(linear);
-    w.split = linear - unsplit * key_splits;
+    w.split = linear - unsplit * key_splits();
     linear = unsplit;
-    const int in_wide = wide_sections * wide_pairs * num_m_blocks;
+    const int in_wide = wide_sections * by_wide_tiles.divisor();
     // A section's tiles go over its pairs for each m_block in turn, from the last m_block down:
     // `step` m_blocks below the last, and first_pair, the section's first (batch, head) pair,
     // ends as the tile's own.
     int first_pair = 0, in_section = 0, step = 0;
     if (linear < in_wide) {
       const int section = by_wide_tiles.divide(linear);
-      first_pair = section * wide_pairs;
+      first_pair = section * by_wide_pairs.divisor();
       in_section = linear - section * by_wide_tiles.divisor();
       step = by_wide_pairs.divide(in_section);
-      first_pair += in_section - step * wide_pairs;
+      first_pair += in_section - step * by_wide_pairs.divisor();
     } else {  // linear < total_tiles(): narrow_pairs > 0
       const int section = by_narrow_tiles.divide(linear - in_wide);
-      first_pair = wide_sections * wide_pairs + section * narrow_pairs;
+      first_pair = wide_sections * by_wide_pairs.divisor() + section * by_narrow_pairs.divisor();
       in_section = linear - in_wide - section * by_narrow_tiles.divisor();
       step = by_narrow_pairs.divide(in_section);
-      first_pair += in_section - step * narrow_pairs;
+      first_pair += in_section - step * by_narrow_pairs.divisor();
     }
     w.m_block = num_m_blocks - 1 - step;
     w.batch = by_heads.divide(first_pair);
-    w.head = first_pair - w.batch * heads;
+    w.head = first_pair - w.batch * heads();
     return w;
   }
 
@@ -199,41 +198,31 @@ struct TileScheduler {
   // as long as the others; the static zig-zag wants sections of whole rounds instead).
   static TileScheduler make(int num_m_blocks, int heads, int batch, int group, long long kv_heads_per_section,
                             long long min_section_tiles, bool equal_sections = false) {
-    TileScheduler s;
-    s.num_m_blocks = num_m_blocks;
-    s.heads = heads;
-    s.batch = batch;
-    s.group = group;
     const long long all_pairs = static_cast<long long>(heads) * batch;
     long long pairs = kv_heads_per_section > 0 ? kv_heads_per_section * group : all_pairs;
     if (num_m_blocks > 0 && pairs * num_m_blocks < min_section_tiles) {
       pairs = (min_section_tiles + num_m_blocks - 1) / num_m_blocks;
     }
     pairs = pairs < all_pairs ? pairs : (all_pairs > 0 ? all_pairs : 1);
+    long long wide_pairs = pairs, wide_sections = all_pairs / pairs, narrow_pairs = all_pairs % pairs;
     if (equal_sections && all_pairs > 0) {
       const long long kv_heads = all_pairs / group;
       const long long kv_heads_per = (pairs + group - 1) / group;
       const long long sections = (kv_heads + kv_heads_per - 1) / kv_heads_per;
-      s.wide_pairs = static_cast<int>((kv_heads / sections + 1) * group);
-      s.wide_sections = static_cast<int>(kv_heads % sections);
-      s.narrow_pairs = static_cast<int>(kv_heads / sections * group);
-      return s.with_divisors();
+      wide_pairs = (kv_heads / sections + 1) * group;
+      wide_sections = kv_heads % sections;
+      narrow_pairs = kv_heads / sections * group;
     }
-    s.wide_pairs = static_cast<int>(pairs);
-    s.wide_sections = static_cast<int>(all_pairs / pairs);
-    s.narrow_pairs = static_cast<int>(all_pairs % pairs);
-    return s.with_divisors();
-  }
-
-  TileScheduler with_divisors() const {
-    TileScheduler s = *this;
+    TileScheduler s;
+    s.num_m_blocks = num_m_blocks;
+    s.batch = batch;
+    s.wide_sections = static_cast<int>(wide_sections);
     s.by_heads = FastDivisor(heads);
     s.by_group = FastDivisor(group);
-    s.by_key_splits = FastDivisor(key_splits);
-    s.by_wide_pairs = FastDivisor(wide_pairs);
-    s.by_narrow_pairs = FastDivisor(narrow_pairs);
-    s.by_wide_tiles = FastDivisor(wide_pairs * num_m_blocks);
-    s.by_narrow_tiles = FastDivisor(narrow_pairs * num_m_blocks);
+    s.by_wide_pairs = FastDivisor(static_cast<int>(wide_pairs));
+    s.by_narrow_pairs = FastDivisor(static_cast<int>(narrow_pairs));
+    s.by_wide_tiles = FastDivisor(static_cast<int>(wide_pairs) * num_m_blocks);
+    s.by_narrow_tiles = FastDivisor(static_cast<int>(narrow_pairs) * num_m_blocks);
     return s;
   }
 

@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // Key splits: the combine kernel behind this one may launch at once, its CTAs taking SMs as this
   // kernel's leave them, so that its launch does not wait for the last of them; it waits for this
   // kernel's completion before it reads anything (fwd_split_combine.cuh).
-  if (params.scheduler.key_splits > 1) allow_next_kernel_to_start();
+  if (params.scheduler.key_splits() > 1) allow_next_kernel_to_start();
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();

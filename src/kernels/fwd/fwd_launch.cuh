@@ -263,7 +263,7 @@ cudaError_t launch_forward_grid(const Problem& problem, const ForwardParams<Trai
     kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
-  if (params.scheduler.key_splits == 1) return cudaSuccess;
+  if (params.scheduler.key_splits() == 1) return cudaSuccess;
   // The pieces' partials into O and LSE; the combine kernel's CTAs start as the forward's finish
   // and wait for all of them before reading. Its grid fits (fwd_split_plan.hpp checks).
   constexpr int kRows = SplitCombineShape<Traits::kHeadDimV>::kRows;

@@ -643,7 +643,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
       if (!t.has_rows(pack)) continue;
       // A faulted KV cache sequence (fwd_tile.hpp) saw no key either, but its rows are NaN.
       const float lse = published.faulted ? NAN : -INFINITY;
-      if (params.scheduler.key_splits > 1) {
+      if (params.scheduler.key_splits() > 1) {
         store_empty_split_partial<Traits>(params, t, key_split_of(params, smem.scheduled[slot]), pack, lse, thread);
       } else {
         store_empty_tile<Traits>(params, t, pack, lse, thread, Traits::kConsumerThreads);
@@ -722,7 +722,7 @@ CUTE_DEVICE void forward_consumer(const ForwardParams<Traits>& params, typename 
     }
     scale_rows(tOrO, inv_sum);
     asm volatile("" ::: "memory");  // read the published tile here, not before the loop
-    if (params.scheduler.key_splits > 1) {  // a piece of the tile's keys: the combine kernel stores the tile
+    if (params.scheduler.key_splits() > 1) {  // a piece of the tile's keys: the combine kernel stores the tile
       store_split_partial<Traits>(params, published, key_split_of(params, smem.scheduled[slot]), pack, tOrO, thr_pv,
                                   lse, thread);
       continue;

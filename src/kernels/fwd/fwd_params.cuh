@@ -90,7 +90,7 @@ struct ForwardParams {
   int32_t* tile_counter;
   int32_t* tail_flags;
   float* tail_partials;
-  // The key splits' partials (null unless scheduler.key_splits > 1): (splits, output rows,
+  // The key splits' partials (null unless scheduler.key_splits() > 1): (splits, output rows,
   // kHeadDimV) and (splits, output rows), see fwd_workspace.cuh.
   float* split_o;
   float* split_lse;

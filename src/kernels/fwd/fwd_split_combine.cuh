@@ -42,7 +42,7 @@ SplitCombineParams split_combine_params(const ForwardParams<Traits>& params) {
   c.split_o = params.split_o;
   c.split_lse = params.split_lse;
   c.split_output_rows = params.split_output_rows;
-  c.key_splits = params.scheduler.key_splits;
+  c.key_splits = params.scheduler.key_splits();
   c.o = params.o;
   c.lse = params.lse;
   c.sinks = params.sinks;

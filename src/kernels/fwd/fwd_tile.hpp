@@ -152,7 +152,7 @@ HOPATTN_HOST_DEVICE ForwardTile forward_tile(const Problem& p, const TileSchedul
   t.seqlen_k = t.faulted ? 0 : k.length;
   t.n_blocks = n_block_range(p.mask, w.m_block, block_m, block_n, q.length, t.seqlen_k, pad, pack);
   t.unmasked = n_block_range_unmasked(p.mask, w.m_block, block_m, block_n, q.length, t.seqlen_k, pad, pack);
-  if (scheduler.key_splits > 1) {  // this piece's share of the visible blocks
+  if (scheduler.key_splits() > 1) {  // this piece's share of the visible blocks
     const BlockRange piece = key_split_piece(t.n_blocks, w.split, scheduler.by_key_splits);
     t.n_blocks = piece;
     t.unmasked = intersect(t.unmasked, piece);
