@@ -605,6 +605,8 @@ Status resolve_cache_keys(const Tensor& q, const CacheKeys& c, Problem* p) {
     cache.num_pages = static_cast<int>(c.k.shape[0]);
     cache.max_pages = static_cast<int>(t.max_pages);
     cache.rows = static_cast<int>(t.batch);
+    cache.consecutive_pages =
+        c.k.stride[0] == c.k.shape[1] * c.k.stride[1] && c.v.stride[0] == c.v.shape[1] * c.v.stride[1];
   } else {
     if (c.batch_index.data != nullptr && c.k.shape[0] < 1) {
       return invalid(c.k_name, ".shape[0] (cache rows) is 0 but must be at least 1 (", c.batch_index_name,

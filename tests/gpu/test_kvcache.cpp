@@ -21,6 +21,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hopattn/hopattn.hpp"
@@ -516,6 +517,23 @@ std::vector<NamedKVCase> kvcache_cases() {
     s.causal = true;
     s.seed = 4000 + page;
     all.push_back({"chunked_prefill_page" + std::to_string(page), s});
+  }
+  // The key-group-major kernel (page boxes in one copy each, fwd_page_rows_tma.hpp) at other head
+  // dims: d256 and d192 (4 and 3 chunks a row), and d64 (on the d128 kernel where no d64 one is
+  // built: its second chunk lies past the tensor and reads zeros).
+  for (const auto& [page, head_dim] : {std::pair{16, 256}, std::pair{64, 192}, std::pair{16, 64}, std::pair{64, 128}}) {
+    KVCacheSpec s;
+    s.through_forward = true;
+    s.varlen_q = {300, 1, 77};
+    s.page_size = page;
+    s.capacity = 2048;
+    s.cache_seqlens = {1500, 2048, 400};
+    s.heads = 8;
+    s.heads_kv = 2;
+    s.head_dim = head_dim;
+    s.causal = true;
+    s.seed = 4100 + page + head_dim;
+    all.push_back({"chunked_prefill_page" + std::to_string(page) + "_d" + std::to_string(head_dim), s});
   }
   return all;
 }

@@ -493,16 +493,18 @@ def rotate(x, cos, sin, positions, interleaved):
     return torch.cat((rot, rest), dim=-1).to(cos.dtype)
 
 
-def to_pages(caches, page_size):
+def to_pages(caches, page_size, gap_rows=0):
     """Contiguous caches (b, capacity, h, d) scattered over a shuffled pool of pages (a few spare
-    ones unowned): (pages for each cache, page_table)."""
+    ones unowned): (pages for each cache, page_table). gap_rows > 0: each page is a view that far
+    short of the next one (page stride (page_size + gap_rows) rows)."""
     batch, capacity = caches[0].shape[:2]
     max_pages = capacity // page_size
     num_pages = batch * max_pages + 3
     table = torch.randperm(num_pages, device=DEVICE)[: batch * max_pages].view(batch, max_pages)
     pages = []
     for cache in caches:
-        pool = torch.randn(num_pages, page_size, *cache.shape[2:], dtype=cache.dtype, device=DEVICE)
+        shape = (num_pages, page_size + gap_rows, *cache.shape[2:])
+        pool = torch.randn(shape, dtype=cache.dtype, device=DEVICE)[:, :page_size]
         pool[table.flatten()] = cache.reshape(batch * max_pages, page_size, *cache.shape[2:])
         pages.append(pool)
     return pages, table.to(torch.int32)
@@ -564,15 +566,18 @@ def test_flash_attn_with_kvcache_appends_rotates_and_attends(page_size, rotary):
         check(f"lse[{b}]", lse[b : b + 1], exact_lse, naive_lse, torch.float32)
 
 
-@pytest.mark.parametrize("page_size", [16, 256])
-def test_chunked_prefill_on_a_paged_cache(page_size):
+@pytest.mark.parametrize("page_size", [16, 64, 256])
+@pytest.mark.parametrize("gap_rows", [0, 16], ids=["consecutive_pages", "pages_apart"])
+def test_chunked_prefill_on_a_paged_cache(page_size, gap_rows):
     """Varlen query chunks against keys already in a paged cache, through attention_varlen(...,
-    page_table=) and through flash_attn_with_kvcache with cu_seqlens_q (nothing appended)."""
-    torch.manual_seed(40 + page_size)
+    page_table=) and through flash_attn_with_kvcache with cu_seqlens_q (nothing appended). Pages
+    of 16 and 64 keys take the key-group-major kernel where they follow one another, the other
+    loads where they do not (fwd_page_rows_tma.hpp)."""
+    torch.manual_seed(40 + page_size + gap_rows)
     heads, heads_kv, d, capacity = 8, 2, 128, 768
     lens_q, lens_k = [37, 1, 200], [300, 1, 700]  # each chunk is the last lens_q keys of its sequence
     k_cache, v_cache = randn(3, capacity, heads_kv, d, grad=False), randn(3, capacity, heads_kv, d, grad=False)
-    (k_pages, v_pages), table = to_pages((k_cache, v_cache), page_size)
+    (k_pages, v_pages), table = to_pages((k_cache, v_cache), page_size, gap_rows)
     q = randn(sum(lens_q), heads, d, grad=False)
     cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
     used_k = torch.tensor(lens_k, dtype=torch.int32, device=DEVICE)

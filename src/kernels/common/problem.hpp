@@ -46,6 +46,10 @@ struct KeyCache {
   // (any other page size, or left padding inside pages).
   int page_box_rows = 0;
   bool gather = false;
+  // Whether K's and V's pages follow one another as runs of rows (page stride = page_size x row
+  // stride, as in one (num_pages, page_size, heads, d) allocation): then every cache row is one
+  // axis of rows, which the key-group-major forward's TMA copies address (fwd_page_rows_tma.hpp).
+  bool consecutive_pages = false;
 
   HOPATTN_HOST_DEVICE bool enabled() const { return rows > 0; }
   HOPATTN_HOST_DEVICE bool paged() const { return page_table != nullptr; }

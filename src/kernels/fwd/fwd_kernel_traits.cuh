@@ -45,6 +45,11 @@ struct ForwardKernelTraits {
   // every power-of-two page and whose producer spilled with the gather's state; paged caches
   // never take it (with_forward_traits).
   static constexpr bool kLoadsSmallPages = !std::is_same_v<Config, ForwardUnmaskedTileConfig<kHeadDim>> && !kFp8;
+  // K's and V^T's stages key-group-major (KeyGroupMajorTileConfig): each 8-key group's 64-column
+  // chunks of the head dim together, so that a page box is one TMA copy (fwd_page_rows_tma.hpp).
+  static constexpr bool kKeyGroupMajor = kKeyGroupMajorConfig<Config>;
+  static_assert(!kKeyGroupMajor || (!kFp8 && kHeadDim % 64 == 0 && kHeadDimV % 64 == 0 && kLoadsSmallPages),
+                "key-group-major stages are made of 128-byte swizzle rows of 16-bit elements, for paged caches");
 
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * cutlass::NumThreadsPerWarpGroup;
@@ -91,9 +96,13 @@ struct ForwardKernelTraits {
 
   using SmemLayoutQ = decltype(cute::tile_to_shape(
       widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim>(), cute::Shape<BlockM, HeadDim>{}));
+  // Swizzle atoms down the keys first (per 64-column chunk of the head dim), or across the head
+  // dim first where the stages are key-group-major.
+  using KeyAtomOrder = std::conditional_t<kKeyGroupMajor, cute::Step<cute::_2, cute::_1, cute::_3>,
+                                          cute::Step<cute::_1, cute::_2, cute::_3>>;
   using SmemLayoutK = decltype(cute::tile_to_shape(
       widest_swizzle_atom<cute::GMMA::Major::K, Element, kHeadDim>(),
-      cute::Shape<BlockN, HeadDim, cute::Int<kStages>>{}));
+      cute::Shape<BlockN, HeadDim, cute::Int<kStages>>{}, KeyAtomOrder{}));
   // V is stored as V^T (head_dim_v, keys) with the head dim contiguous, which is how it sits in
   // global memory, so TMA loads it without a transpose. The swizzle atoms (64 head-dim elements x
   // 8 keys) are laid out keys first, so that one TMA box covers a 64-wide column of the whole
@@ -101,10 +110,14 @@ struct ForwardKernelTraits {
   // d128, 40 at d256), and the producer could not keep the ring ahead of the consumers.
   // FP8: V arrives that way in a ring of its own (SmemLayoutVRows), and the transposer warps write
   // V^T with the keys contiguous (K-major) into the stages the consumers read.
+  // Key-group-major stages lay the atoms head dim first instead (a V block then takes one copy
+  // per page box, never a whole-block copy: with_forward_traits).
+  using VAtomOrder = std::conditional_t<kKeyGroupMajor, cute::Step<cute::_1, cute::_2, cute::_3>,
+                                        cute::Step<cute::_2, cute::_1, cute::_3>>;
   template <int kRingStages>
   using SmemLayoutVAsLoaded = decltype(cute::tile_to_shape(
       widest_swizzle_atom<cute::GMMA::Major::MN, Element, kHeadDimV>(),
-      cute::Shape<HeadDimV, BlockN, cute::Int<kRingStages>>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}));
+      cute::Shape<HeadDimV, BlockN, cute::Int<kRingStages>>{}, VAtomOrder{}));
   using SmemLayoutVt = std::conditional_t<
       kFp8,
       decltype(cute::tile_to_shape(widest_swizzle_atom<cute::GMMA::Major::K, Element, kBlockN>(),

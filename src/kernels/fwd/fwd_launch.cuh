@@ -155,6 +155,16 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   using BoxRows = Int<kPageBoxRows>;
   using WideBoxRows = Int<kWidePageBoxRows>;
   if constexpr (Traits::kFp8) {  // an FP8 cache's pages hold whole key blocks (validate.cpp): no boxes
+  } else if constexpr (Traits::kKeyGroupMajor) {  // only for page boxes of consecutive pages (with_forward_traits)
+    const KeyCache& cache = params.problem.key_cache;
+    const long long rows = static_cast<long long>(cache.num_pages) * cache.page_size;
+    params.page_rows_ready =
+        cache.page_box_rows > 0 && cache.consecutive_pages &&
+        make_page_rows_tma<Element, Traits::kHeadDim>(params.k_page_rows, t.k.data, t.k.row_stride, t.k.head_stride,
+                                                      rows, p.heads_kv, p.head_dim, cache.page_box_rows) &&
+        make_page_rows_tma<Element, Traits::kHeadDimV>(params.v_page_rows, t.v.data, t.v.row_stride,
+                                                       t.v.head_stride, rows, p.heads_kv, p.head_dim_v,
+                                                       cache.page_box_rows);
   } else if (params.problem.key_cache.page_box_rows == kPageBoxRows) {
     params.tma_k_box = make_tma_copy(SM90_TMA_LOAD{}, mK, typename Traits::template SmemLayoutKBox<kPageBoxRows>{},
                                      Shape<BoxRows, typename Traits::HeadDim>{}, _1{});
@@ -290,6 +300,8 @@ cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& t
   if ((params.problem.key_cache.gather || params.problem.key_cache.page_box_rows > 0) && !Traits::kLoadsSmallPages) {
     return cudaErrorInvalidValue;
   }
+  // A key-group-major kernel loads page boxes only, and only through its own descriptors.
+  if (Traits::kKeyGroupMajor && !params.page_rows_ready) return cudaErrorInvalidValue;
 
   return launch_forward_grid<Traits, &forward_kernel<Traits, Traits::kPackedRows, kScores>>(problem, params, device,
                                                                                              stream);
@@ -298,7 +310,7 @@ cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& t
 // Calls f(Traits{}) with the kernel traits that launch_forward_kernel uses for `problem` and score
 // variant kScores: the packed tile where the plan packs GQA heads (the only traits that pack), else
 // the unmasked tile where it pays (not for paged caches), else the any-mask tile (the softcap
-// variant's own where it differs).
+// variant's own where it differs), key-group-major for paged caches loaded in boxes.
 template <DType kDType, int kHeadDim, int kHeadDimV, ScoreVariant kScores, class F>
 auto with_forward_traits(const Problem& problem, const DeviceLimits& device, F&& f) {
   using Element = typename CutlassElement<kDType>::type;
@@ -337,6 +349,17 @@ auto with_forward_traits(const Problem& problem, const DeviceLimits& device, F&&
       if (problem.mask.unbounded() && !problem.key_cache.paged() &&
           wider_key_blocks_pay(problem.max_seqlen_k, Unmasked::kShape.block_n)) {
         return f(ForwardKernelTraits<Element, kHeadDim, kHeadDimV, Unmasked>{});
+      }
+    }
+    // Paged caches of whole boxes but not whole blocks: the tile with key-group-major stages where
+    // it saves copies (kernel head dims of more than one 64-column chunk) and its TMA tensor
+    // exists (consecutive pages, head dims of whole chunks: make_page_rows_tma).
+    if constexpr (kHeadDim % 64 == 0 && kHeadDimV % 64 == 0 && kHeadDim + kHeadDimV > 128) {
+      KeyCache cache = problem.key_cache;
+      choose_paged_loads(cache, problem.keys.start != nullptr, AnyMask::kShape.block_n);
+      if (cache.page_box_rows > 0 && cache.consecutive_pages && problem.head_dim % 64 == 0 &&
+          problem.head_dim_v % 64 == 0) {
+        return f(ForwardKernelTraits<Element, kHeadDim, kHeadDimV, KeyGroupMajorTileConfig<AnyMask>>{});
       }
     }
     return f(ForwardKernelTraits<Element, kHeadDim, kHeadDimV, AnyMask>{});

@@ -310,9 +310,9 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     // wait, see it.
     int fault = 0;  // gathered rows: whether this lane met a page outside the cache in this tile
     // A block's boxes: each has a lane, which looks up its page (one table latency a block) and,
-    // once the stage is free, issues its copy.
-    auto load_boxes = [&](auto& pipeline, auto& state, auto const& box_tma, auto const& copies, int boxes_per_block,
-                          int n) {
+    // once the stage is free, issues its copy: issue(lane, its box's coordinates, the stage's
+    // full barrier).
+    auto load_boxes = [&](auto& pipeline, auto& state, int boxes_per_block, int n, auto&& issue) {
       const int lane = threadIdx.x % cutlass::NumThreadsPerWarp;
       const KeyBlockCoord at = lane < boxes_per_block
                                    ? page_box_coord(params.problem.key_cache, t, n, lane, Traits::kBlockN)
@@ -322,10 +322,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
       // Every lane waits for the stage; the leader's expected bytes cover all boxes, whose copies
       // may complete before it (the stage cannot complete without its arrival).
       pipeline.producer_acquire(state);
-      if (lane < boxes_per_block) {
-        copy(box_tma.with(*pipeline.producer_get_barrier(state)), get<0>(copies)(_, at.block, at.batch),
-             get<1>(copies)(_, lane, state.index()));
-      }
+      if (lane < boxes_per_block) issue(lane, at, pipeline.producer_get_barrier(state));
     };
     // One K or V^T block into the next stage of its ring. Gathered, each lane's arrival on the
     // stage's full barrier comes when its cp.async copies complete (kGatherFullArrivals), and the
@@ -334,7 +331,22 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     // _0 for K, _1 for V.
     auto load = [&](auto& pipeline, auto& storage, auto& state, auto const& tma, auto const& copies, auto kv,
                     auto chunk_at, const RowTensor& rows, auto kColumns, int columns, int n) {
-      if (boxes) {
+      if constexpr (Traits::kKeyGroupMajor) {  // page boxes only (with_forward_traits): one copy each
+        constexpr int kKV = decltype(kv)::value;
+        constexpr int kStageColumns = decltype(kColumns)::value;
+        const KeyCache& cache = params.problem.key_cache;
+        const int box_groups = cache.page_box_rows / kKeyGroupRows;
+        const int page_groups = cache.page_size / kKeyGroupRows;
+        typename Traits::Element* stage = (kKV == 0 ? smem.k.data() : smem.v.data()) +
+                                          state.index() * (Traits::kBlockN * kStageColumns);
+        load_boxes(pipeline, state, Traits::kBlockN / cache.page_box_rows, n,
+                   [&](int lane, const KeyBlockCoord& at, uint64_t* full) {
+                     // Past the sequence or the cache, at.batch is num_pages: past the tensor, zeros.
+                     const int group = at.batch * page_groups + at.block * box_groups;
+                     copy_page_rows(kKV == 0 ? params.k_page_rows : params.v_page_rows, full,
+                                    stage + lane * (cache.page_box_rows * kStageColumns), t.head_kv, group);
+                   });
+      } else if (boxes) {
         // Boxes of box_rows keys, K's or V's (kv).
         auto load_in = [&](auto box_rows, auto const& k_tma, auto const& v_tma) {
           constexpr int kKV = decltype(kv)::value;
@@ -346,7 +358,12 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
               return v_tma;
             }
           }();
-          load_boxes(pipeline, state, box_tma, get<kKV>(pairs), Traits::kBlockN / decltype(box_rows)::value, n);
+          auto const& copies = get<kKV>(pairs);
+          load_boxes(pipeline, state, Traits::kBlockN / decltype(box_rows)::value, n,
+                     [&](int lane, const KeyBlockCoord& at, uint64_t* full) {
+                       copy(box_tma.with(*full), get<0>(copies)(_, at.block, at.batch),
+                            get<1>(copies)(_, lane, state.index()));
+                     });
         };
         // Wide boxes only where they divide the key block (Traits::kWidePageBoxes).
         if constexpr (Traits::kWidePageBoxes) {

@@ -10,6 +10,7 @@
 #include "kernels/common/problem.hpp"
 #include "kernels/common/tile_scheduler.hpp"
 #include "kernels/common/tma_tensors.cuh"
+#include "kernels/fwd/fwd_page_rows_tma.hpp"
 #include "kernels/fwd/fwd_tile.hpp"
 
 namespace hopattn {
@@ -62,6 +63,11 @@ struct ForwardParams {
   TmaVtBox<kPageBoxRows> tma_vt_box;
   TmaKBox<kWidePageBoxRows> tma_k_wide_box;
   TmaVtBox<kWidePageBoxRows> tma_vt_wide_box;
+  // Key-group-major stages (Traits::kKeyGroupMajor): K's and V's page boxes, one copy each
+  // (fwd_page_rows_tma.hpp; made for such kernels only).
+  cute::TmaDescriptor k_page_rows;
+  cute::TmaDescriptor v_page_rows;
+  bool page_rows_ready;  // both made (host side: the launch refuses a key-group-major kernel without)
   ShapeTokens shape_q;
   ShapeTokens shape_k;
   ShapeTokens shape_vt;

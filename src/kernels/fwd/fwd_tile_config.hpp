@@ -4,6 +4,8 @@
 // producer could not keep the ring ahead; they are due for a second round.
 #pragma once
 
+#include <type_traits>
+
 namespace hopattn {
 
 // kBlockM: query rows per CTA (64 per consumer warpgroup); kBlockN: keys per pipeline stage;
@@ -137,5 +139,20 @@ template <>
 struct ForwardFp8PackedTileConfig<64> {
   static constexpr ForwardTileShape kShape = ForwardPackedTileConfig<64>::kShape;
 };
+
+// A tile with key-group-major K and V^T stages (fwd_page_rows_tma.hpp): for paged caches whose
+// pages hold whole boxes of keys but not whole key blocks, where a box then takes one TMA copy
+// instead of one per 64 head-dim columns. The base tile's shape otherwise.
+template <class Base>
+struct KeyGroupMajorTileConfig : Base {
+  static constexpr bool kKeyGroupMajor = true;
+};
+
+// Whether a tile config's stages are key-group-major (only KeyGroupMajorTileConfig's are).
+template <class Config, class = void>
+inline constexpr bool kKeyGroupMajorConfig = false;
+template <class Config>
+inline constexpr bool kKeyGroupMajorConfig<Config, std::void_t<decltype(Config::kKeyGroupMajor)>> =
+    Config::kKeyGroupMajor;
 
 }  // namespace hopattn
