@@ -123,6 +123,29 @@ TEST(KVCacheValidation, AcceptsValidArgumentsAndResolvesTheCall) {
   EXPECT_TRUE(p.key_cache.paged());
 }
 
+// Pages that follow one another as runs of rows (one allocation) may take the key-group-major
+// forward, whose TMA view runs across pages; pages further apart (a view of a larger pool) may not.
+TEST(KVCacheValidation, SaysWhetherPagesAreConsecutive) {
+  KVCacheCall call;
+  ASSERT_TRUE(validate_kvcache(valid_paged_kvcache(), &call).ok());
+  EXPECT_TRUE(call.problem.key_cache.consecutive_pages);
+
+  for (const bool gap_in_k : {true, false}) {
+    KVCacheArgs a = valid_paged_kvcache();
+    Tensor& t = gap_in_k ? a.k_cache : a.v_cache;
+    t.stride[0] = (kPageSize + 16) * t.stride[1];  // 16 rows between one page's end and the next's start
+    ASSERT_TRUE(validate_kvcache(a, &call).ok()) << validate_kvcache(a, &call).message();
+    EXPECT_FALSE(call.problem.key_cache.consecutive_pages) << (gap_in_k ? "k" : "v");
+  }
+
+  Problem p;
+  ForwardTensors t;
+  ASSERT_TRUE(validate_forward(valid_paged_forward(), &p, &t).ok());
+  EXPECT_TRUE(p.key_cache.consecutive_pages);
+  ASSERT_TRUE(validate_kvcache(valid_kvcache(), &call).ok());
+  EXPECT_FALSE(call.problem.key_cache.consecutive_pages);  // contiguous caches have no pages
+}
+
 TEST(KVCacheValidation, CacheRanksAndShapes) {
   expect_kvcache_invalid(
       [](KVCacheArgs& a) {
