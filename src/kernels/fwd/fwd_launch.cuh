@@ -353,8 +353,10 @@ auto with_forward_traits(const Problem& problem, const DeviceLimits& device, F&&
     }
     // Paged caches of whole boxes but not whole blocks: the tile with key-group-major stages where
     // it saves copies (kernel head dims of more than one 64-column chunk) and its TMA tensor
-    // exists (consecutive pages, head dims of whole chunks: make_page_rows_tma).
-    if constexpr (kHeadDim % 64 == 0 && kHeadDimV % 64 == 0 && kHeadDim + kHeadDimV > 128) {
+    // exists (consecutive pages, head dims of whole chunks: make_page_rows_tma). Not yet for
+    // softcap, whose paged cases have not run on it.
+    if constexpr (kScores == ScoreVariant::kPlain && kHeadDim % 64 == 0 && kHeadDimV % 64 == 0 &&
+                  kHeadDim + kHeadDimV > 128) {
       KeyCache cache = problem.key_cache;
       choose_paged_loads(cache, problem.keys.start != nullptr, AnyMask::kShape.block_n);
       if (cache.page_box_rows > 0 && cache.consecutive_pages && problem.head_dim % 64 == 0 &&
