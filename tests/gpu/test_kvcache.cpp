@@ -504,36 +504,32 @@ std::vector<NamedKVCase> kvcache_cases() {
       all.push_back({name, s});
     }
   }
-  // Chunked prefill through forward() with a page table: varlen queries against paged caches.
-  for (int page : {16, 128, 256, 3, 48, 192}) {
+  // Chunked prefill through forward() with a page table: varlen queries against paged caches of
+  // `capacity` keys, the second sequence's `full` of them.
+  auto chunked_prefill = [](int page, int capacity, int full, int head_dim, int seed) {
     KVCacheSpec s;
     s.through_forward = true;
     s.varlen_q = {300, 1, 77};
     s.page_size = page;
-    s.capacity = (2000 + page - 1) / page * page;
-    s.cache_seqlens = {1500, 2000 / page * page, 400};
+    s.capacity = capacity;
+    s.cache_seqlens = {1500, full, 400};
     s.heads = 8;
     s.heads_kv = 2;
+    s.head_dim = head_dim;
     s.causal = true;
-    s.seed = 4000 + page;
-    all.push_back({"chunked_prefill_page" + std::to_string(page), s});
+    s.seed = seed;
+    return s;
+  };
+  for (int page : {16, 128, 256, 3, 48, 192}) {
+    all.push_back({"chunked_prefill_page" + std::to_string(page),
+                   chunked_prefill(page, (2000 + page - 1) / page * page, 2000 / page * page, 128, 4000 + page)});
   }
   // The key-group-major kernel (page boxes in one copy each, fwd_page_rows_tma.hpp) at other head
   // dims: d256 and d192 (4 and 3 chunks a row), and d64 (on the d128 kernel where no d64 one is
   // built: its second chunk lies past the tensor and reads zeros).
   for (const auto& [page, head_dim] : {std::pair{16, 256}, std::pair{64, 192}, std::pair{16, 64}, std::pair{64, 128}}) {
-    KVCacheSpec s;
-    s.through_forward = true;
-    s.varlen_q = {300, 1, 77};
-    s.page_size = page;
-    s.capacity = 2048;
-    s.cache_seqlens = {1500, 2048, 400};
-    s.heads = 8;
-    s.heads_kv = 2;
-    s.head_dim = head_dim;
-    s.causal = true;
-    s.seed = 4100 + page + head_dim;
-    all.push_back({"chunked_prefill_page" + std::to_string(page) + "_d" + std::to_string(head_dim), s});
+    all.push_back({"chunked_prefill_page" + std::to_string(page) + "_d" + std::to_string(head_dim),
+                   chunked_prefill(page, 2048, 2048, head_dim, 4100 + page + head_dim)});
   }
   return all;
 }
