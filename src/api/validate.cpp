@@ -601,7 +601,7 @@ Status resolve_cache_keys(const Tensor& q, const CacheKeys& c, Problem* p) {
     }
     cache.page_table = t.data;
     cache.page_table_stride = row_stride;
-    cache.page_size = static_cast<int>(c.k.shape[1]);
+    cache.page_size = FastDivisor(static_cast<int>(c.k.shape[1]));
     cache.num_pages = static_cast<int>(c.k.shape[0]);
     cache.max_pages = static_cast<int>(t.max_pages);
     cache.rows = static_cast<int>(t.batch);
@@ -795,8 +795,8 @@ Status resolve_kvcache_fp8(const KVCacheArgs& a, Problem* p, ForwardTensors* t) 
   }
   if (p->softcap > 0.f) return not_supported("softcap", later);
   if (a.cache_leftpad.data != nullptr) return not_supported("cache_leftpad", later);
-  if (p->key_cache.paged() && p->key_cache.page_size % kFp8KeyBlock != 0) {
-    return not_supported("page_size ", p->key_cache.page_size, later, ": its kernel loads whole blocks of ",
+  if (p->key_cache.paged() && p->key_cache.page_size.divisor() % kFp8KeyBlock != 0) {
+    return not_supported("page_size ", p->key_cache.page_size.divisor(), later, ": its kernel loads whole blocks of ",
                          kFp8KeyBlock, " keys, so pages must hold a multiple of ", kFp8KeyBlock);
   }
   return Status();

@@ -70,8 +70,9 @@ void append_kv(const AppendKVParams& p) {
         long long batch = cache_row;
         long long token = position;
         if (p.cache.page_table != nullptr) {
-          batch = p.cache.page_table[cache_row * p.cache.page_table_stride + position / p.cache.page_size];
-          token = position % p.cache.page_size;
+          const int page_size = p.cache.page_size.divisor();
+          batch = p.cache.page_table[cache_row * p.cache.page_table_stride + position / page_size];
+          token = position % page_size;
         }
         for (int h = 0; h < p.heads_kv; ++h) {
           copy_row(p, row(p.k_new, b, first_new + t, h), row(p.k_cache, batch, token, h), p.head_dim, start + t,

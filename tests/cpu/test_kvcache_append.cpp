@@ -56,7 +56,7 @@ struct FitsCase {
     if (page_size > 0) {
       p.cache.page_table = page_table.data();
       p.cache.page_table_stride = max_pages;
-      p.cache.page_size = page_size;
+      p.cache.page_size = FastDivisor(page_size);
       p.cache.num_pages = num_pages;
       p.cache.max_pages = max_pages;
     }
@@ -428,7 +428,7 @@ TEST(KVCacheReference, PlacesTokensInPagesOfTheSequencesCacheRow) {
   t.p.v_cache = RowTensor{t.v_cache.data(), page_size * kDim, kDim, kDim};
   t.p.cache.page_table = page_table.data();
   t.p.cache.page_table_stride = 2;
-  t.p.cache.page_size = page_size;
+  t.p.cache.page_size = FastDivisor(page_size);
   t.p.cache.num_pages = num_pages;
   t.p.cache.max_pages = 2;
   t.p.cache.rows = 2;

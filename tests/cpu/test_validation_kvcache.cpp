@@ -104,7 +104,7 @@ TEST(KVCacheValidation, AcceptsValidArgumentsAndResolvesTheCall) {
 
   ASSERT_TRUE(validate_kvcache(valid_paged_kvcache(), &call).ok());
   EXPECT_TRUE(call.problem.key_cache.paged());
-  EXPECT_EQ(call.problem.key_cache.page_size, kPageSize);
+  EXPECT_EQ(call.problem.key_cache.page_size.divisor(), kPageSize);
   EXPECT_EQ(call.problem.key_cache.page_table_stride, kMaxPages);  // row_stride 0 means max_pages
   EXPECT_EQ(call.problem.max_seqlen_k, kCapacity);
 

@@ -271,7 +271,7 @@ class KVCacheCall {
     if (s.page_size > 0) {
       p.cache.page_table = table_.data();
       p.cache.page_table_stride = max_pages_;
-      p.cache.page_size = s.page_size;
+      p.cache.page_size = FastDivisor(s.page_size);
       p.cache.num_pages = num_pages_;
       p.cache.max_pages = max_pages_;
     }
@@ -530,6 +530,13 @@ std::vector<NamedKVCase> kvcache_cases() {
   for (const auto& [page, head_dim] : {std::pair{16, 256}, std::pair{64, 192}, std::pair{16, 64}, std::pair{64, 128}}) {
     all.push_back({"chunked_prefill_page" + std::to_string(page) + "_d" + std::to_string(head_dim),
                    chunked_prefill(page, 2048, 2048, head_dim, 4100 + page + head_dim)});
+  }
+  // The cases above pack the GQA group's rows (300 queries x 4 heads: 10 tiles, against 12 apart),
+  // so they run the packed kernel's key-group-major form; these its plain form.
+  for (int page : {16, 64}) {
+    KVCacheSpec s = chunked_prefill(page, 2048, 2048, 128, 4300 + page);
+    s.pack_gqa = PackGqa::kOff;
+    all.push_back({"chunked_prefill_page" + std::to_string(page) + "_unpacked", s});
   }
   return all;
 }

@@ -148,7 +148,7 @@ class Append {
       for (int r = 0; r < rows; ++r)
         for (int j = 0; j < max_pages; ++j) page_table.host[r * page_table_stride + j] = pages[r * max_pages + j];
       p_.cache.page_table_stride = page_table_stride;
-      p_.cache.page_size = s.page_size;
+      p_.cache.page_size = FastDivisor(s.page_size);
       p_.cache.num_pages = num_pages;
       p_.cache.max_pages = max_pages;
       cache_batches = num_pages;

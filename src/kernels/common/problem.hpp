@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "hopattn/hopattn.hpp"
+#include "kernels/common/fast_divisor.hpp"
 #include "kernels/common/host_device.hpp"
 #include "kernels/common/mask.hpp"
 #include "kernels/common/seqlen.hpp"
@@ -35,7 +36,9 @@ struct RowTensor {
 struct KeyCache {
   const int32_t* page_table = nullptr;  // null: contiguous
   int64_t page_table_stride = 0;        // elements between the table's rows
-  int page_size = 0;
+  // Keys per page, as a divisor: the producer warp divides positions by it for every key block
+  // (a 32-bit division is about 25 dependent instructions, this a multiply-high and a shift).
+  FastDivisor page_size{0};
   int num_pages = 0;
   int max_pages = 0;                    // pages a sequence can own (the table's columns)
   int rows = 0;                         // the cache's batch rows (page table rows when paged)
@@ -62,7 +65,7 @@ struct KeyCache {
   // row `r`, or -1 where the table names none. 32-bit division: the producer warp gathers rows
   // with it in 24 registers, where a 64-bit one spilled.
   HOPATTN_HOST_DEVICE int page(int r, int position) const {
-    const int p = page_table[r * page_table_stride + position / page_size];
+    const int p = page_table[r * page_table_stride + page_size.divide(position)];
     return p >= 0 && p < num_pages ? p : -1;
   }
 };

@@ -31,13 +31,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_vt.get_tma_descriptor());
-    if (Traits::kLoadsSmallPages && params.problem.key_cache.page_box_rows == kPageBoxRows) {
-      cute::prefetch_tma_descriptor(params.tma_k_box.get_tma_descriptor());
-      cute::prefetch_tma_descriptor(params.tma_vt_box.get_tma_descriptor());
-    }
-    if (Traits::kLoadsSmallPages && params.problem.key_cache.page_box_rows == kWidePageBoxRows) {
-      cute::prefetch_tma_descriptor(params.tma_k_wide_box.get_tma_descriptor());
-      cute::prefetch_tma_descriptor(params.tma_vt_wide_box.get_tma_descriptor());
+    if constexpr (Traits::kKeyGroupMajor) {  // its page boxes' own descriptors (the box copies' are unset)
+      cute::prefetch_tma_descriptor(&params.k_page_rows);
+      cute::prefetch_tma_descriptor(&params.v_page_rows);
+    } else {
+      if (Traits::kLoadsSmallPages && params.problem.key_cache.page_box_rows == kPageBoxRows) {
+        cute::prefetch_tma_descriptor(params.tma_k_box.get_tma_descriptor());
+        cute::prefetch_tma_descriptor(params.tma_vt_box.get_tma_descriptor());
+      }
+      if (Traits::kLoadsSmallPages && params.problem.key_cache.page_box_rows == kWidePageBoxRows) {
+        cute::prefetch_tma_descriptor(params.tma_k_wide_box.get_tma_descriptor());
+        cute::prefetch_tma_descriptor(params.tma_vt_wide_box.get_tma_descriptor());
+      }
     }
     smem.q_full.init(/*arrive_count=*/2);  // the producer's and the publisher's
     smem.q_released.init(Traits::kQueryReleaseArrivals);

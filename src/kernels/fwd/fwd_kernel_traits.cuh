@@ -35,9 +35,10 @@ struct ForwardKernelTraits {
   static constexpr bool kKeysAhead = Config::kShape.keys_ahead;
   static constexpr bool kRescaleUnderQK = Config::kShape.rescale_under_qk;
   static constexpr bool kPingPong = Config::kShape.ping_pong;
-  // Whether this is the tile of packed GQA rows (forward_kernel's kPackedRows, see
-  // with_forward_traits): its kernel is the packed one, the others' the plain one.
-  static constexpr bool kPackedRows = std::is_same_v<Config, ForwardPackedTileConfig<kHeadDim>> ||
+  // Whether this is a tile of packed GQA rows (forward_kernel's kPackedRows, see
+  // with_forward_traits; the key-group-major form of the packed tile too): its kernel is the
+  // packed one, the others' the plain one.
+  static constexpr bool kPackedRows = std::is_base_of_v<ForwardPackedTileConfig<kHeadDim>, Config> ||
                                       std::is_same_v<Config, ForwardPackedNarrowTileConfig<kHeadDim>> ||
                                       std::is_same_v<Config, ForwardFp8PackedTileConfig<kHeadDim>>;
   // Whether the producer can load a paged KV cache whose pages do not hold whole key blocks (in

@@ -106,7 +106,7 @@ struct KeyTensorExtent {
 
 inline KeyTensorExtent key_tensor_extent(const Problem& p) {
   const KeyCache& cache = p.key_cache;
-  if (cache.paged()) return KeyTensorExtent{cache.page_size, cache.num_pages};
+  if (cache.paged()) return KeyTensorExtent{cache.page_size.divisor(), cache.num_pages};
   if (cache.enabled()) return KeyTensorExtent{p.keys.fixed_length, cache.rows};
   if (p.keys.varlen()) return KeyTensorExtent{static_cast<int32_t>(p.total_k()), 1};
   return KeyTensorExtent{p.max_seqlen_k, p.batch};
@@ -157,7 +157,7 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   if constexpr (Traits::kFp8) {  // an FP8 cache's pages hold whole key blocks (validate.cpp): no boxes
   } else if constexpr (Traits::kKeyGroupMajor) {  // only for page boxes of consecutive pages (with_forward_traits)
     const KeyCache& cache = params.problem.key_cache;
-    const long long rows = static_cast<long long>(cache.num_pages) * cache.page_size;
+    const long long rows = static_cast<long long>(cache.num_pages) * cache.page_size.divisor();
     params.page_rows_ready =
         cache.page_box_rows > 0 && cache.consecutive_pages &&
         make_page_rows_tma<Element, Traits::kHeadDim>(params.k_page_rows, t.k.data, t.k.row_stride, t.k.head_stride,
@@ -307,10 +307,28 @@ cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& t
                                                                                              stream);
 }
 
+// Which kernels have a key-group-major form (KeyGroupMajorTileConfig): where it saves copies
+// (kernel head dims of more than one 64-column chunk, whole chunks). Not yet for softcap, whose
+// paged cases have not run on it.
+template <int kHeadDim, int kHeadDimV, ScoreVariant kScores>
+inline constexpr bool kHasKeyGroupMajorForm =
+    kScores == ScoreVariant::kPlain && kHeadDim % 64 == 0 && kHeadDimV % 64 == 0 && kHeadDim + kHeadDimV > 128;
+
+// Whether the key-group-major form of a tile with key blocks of block_n keys loads `problem`'s
+// cache: paged, of pages of whole boxes but not whole blocks, for which its TMA tensor exists
+// (consecutive pages, head dims of whole chunks: make_page_rows_tma).
+inline bool loads_key_group_major(const Problem& problem, int block_n) {
+  KeyCache cache = problem.key_cache;
+  choose_paged_loads(cache, problem.keys.start != nullptr, block_n);
+  return cache.page_box_rows > 0 && cache.consecutive_pages && problem.head_dim % 64 == 0 &&
+         problem.head_dim_v % 64 == 0;
+}
+
 // Calls f(Traits{}) with the kernel traits that launch_forward_kernel uses for `problem` and score
 // variant kScores: the packed tile where the plan packs GQA heads (the only traits that pack), else
 // the unmasked tile where it pays (not for paged caches), else the any-mask tile (the softcap
-// variant's own where it differs), key-group-major for paged caches loaded in boxes.
+// variant's own where it differs); the key-group-major form of the packed or any-mask tile for
+// paged caches loaded in boxes (loads_key_group_major).
 template <DType kDType, int kHeadDim, int kHeadDimV, ScoreVariant kScores, class F>
 auto with_forward_traits(const Problem& problem, const DeviceLimits& device, F&& f) {
   using Element = typename CutlassElement<kDType>::type;
@@ -341,7 +359,16 @@ auto with_forward_traits(const Problem& problem, const DeviceLimits& device, F&&
       // A query row or a few of each head of the group fit one warpgroup's 64 rows.
       const bool narrow = static_cast<long long>(problem.max_seqlen_q) * packed.pack <= NarrowPackedTraits::kBlockM &&
                           forward_split_plan<NarrowPackedTraits>(problem, device, /*workspace=*/false).packed();
-      return narrow ? f(NarrowPackedTraits{}) : f(PackedTraits{});
+      if (narrow) return f(NarrowPackedTraits{});
+      // Chunked prefill packs where the group's rows need fewer tiles together (seqlen_q of 3000
+      // at 32/8: 94 tiles a KV head against 96).
+      if constexpr (kHasKeyGroupMajorForm<kHeadDim, kHeadDimV, kScores>) {
+        if (loads_key_group_major(problem, PackedTraits::kBlockN)) {
+          return f(ForwardKernelTraits<Element, kHeadDim, kHeadDimV,
+                                       KeyGroupMajorTileConfig<ForwardPackedTileConfig<kHeadDim>>>{});
+        }
+      }
+      return f(PackedTraits{});
     }
     if constexpr (!(AnyMask::kShape == Unmasked::kShape)) {
       // Not for paged caches: its 176-key blocks divide no power-of-two page, and its kernel has no
@@ -351,16 +378,8 @@ auto with_forward_traits(const Problem& problem, const DeviceLimits& device, F&&
         return f(ForwardKernelTraits<Element, kHeadDim, kHeadDimV, Unmasked>{});
       }
     }
-    // Paged caches of whole boxes but not whole blocks: the tile with key-group-major stages where
-    // it saves copies (kernel head dims of more than one 64-column chunk) and its TMA tensor
-    // exists (consecutive pages, head dims of whole chunks: make_page_rows_tma). Not yet for
-    // softcap, whose paged cases have not run on it.
-    if constexpr (kScores == ScoreVariant::kPlain && kHeadDim % 64 == 0 && kHeadDimV % 64 == 0 &&
-                  kHeadDim + kHeadDimV > 128) {
-      KeyCache cache = problem.key_cache;
-      choose_paged_loads(cache, problem.keys.start != nullptr, AnyMask::kShape.block_n);
-      if (cache.page_box_rows > 0 && cache.consecutive_pages && problem.head_dim % 64 == 0 &&
-          problem.head_dim_v % 64 == 0) {
+    if constexpr (kHasKeyGroupMajorForm<kHeadDim, kHeadDimV, kScores>) {
+      if (loads_key_group_major(problem, AnyMask::kShape.block_n)) {
         return f(ForwardKernelTraits<Element, kHeadDim, kHeadDimV, KeyGroupMajorTileConfig<AnyMask>>{});
       }
     }

@@ -243,6 +243,8 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   const bool leader = threadIdx.x % cutlass::NumThreadsPerWarp == 0;
   const bool boxes = !kGatherHelper && Traits::kLoadsSmallPages && params.problem.key_cache.page_box_rows > 0;
   const bool wide_boxes = params.problem.key_cache.page_box_rows == kWidePageBoxRows;
+  const int boxes_per_block = boxes ? Traits::kBlockN / params.problem.key_cache.page_box_rows : 0;
+  const int lane = threadIdx.x % cutlass::NumThreadsPerWarp;
   const int total_tiles = params.scheduler.total_tiles();
   int round = 0;
   int slot = 0;
@@ -309,14 +311,21 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     // set before the arrivals on its stages, so that the consumers, who read it after their last
     // wait, see it.
     int fault = 0;  // gathered rows: whether this lane met a page outside the cache in this tile
-    // A block's boxes: each has a lane, which looks up its page (one table latency a block) and,
-    // once the stage is free, issues its copy: issue(lane, its box's coordinates, the stage's
-    // full barrier).
-    auto load_boxes = [&](auto& pipeline, auto& state, int boxes_per_block, int n, auto&& issue) {
-      const int lane = threadIdx.x % cutlass::NumThreadsPerWarp;
-      const KeyBlockCoord at = lane < boxes_per_block
-                                   ? page_box_coord(params.problem.key_cache, t, n, lane, Traits::kBlockN)
-                                   : KeyBlockCoord{0, 0, false};
+    // With page boxes, where this lane's box of key block n lies (a lane per box, one table
+    // latency a block; nothing for the other paths, which look their blocks up themselves). K
+    // and V of a block lie on the same pages, so the loops below look a block's boxes up once for
+    // both where V follows K. On paged chunked prefill (page 16, d128) the producer was the
+    // bottleneck at about 560 instructions a block with the lookups and their divisions done for
+    // K and again for V (ncu source counters, H100). Whole blocks keep a lookup each: shared,
+    // their coordinate stayed in local memory across the copies and bought nothing measurable.
+    auto page_boxes_at = [&](int n) -> KeyBlockCoord {
+      const bool has_box = (Traits::kKeyGroupMajor || boxes) && lane < boxes_per_block;
+      return has_box ? page_box_coord(params.problem.key_cache, t, n, lane, Traits::kBlockN)
+                     : KeyBlockCoord{0, 0, false};
+    };
+    // A block's boxes: once the stage is free, each box's lane issues its copy: issue(lane, its
+    // box's coordinates `at`, the stage's full barrier).
+    auto load_boxes = [&](auto& pipeline, auto& state, const KeyBlockCoord& at, auto&& issue) {
       if (__any_sync(0xffffffff, at.fault) && leader) smem.page_faults[tile_slot] = 1;
       asm volatile("" ::: "memory");  // the fault store stays before the arrival below
       // Every lane waits for the stage; the leader's expected bytes cover all boxes, whose copies
@@ -328,24 +337,23 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     // stage's full barrier comes when its cp.async copies complete (kGatherFullArrivals), and the
     // leader's after every lane's fault store (__syncwarp) publishes the fault flag. kColumns:
     // the rows' head dim in shared memory (K's or V's), `columns` the real one; kv:
-    // _0 for K, _1 for V.
+    // _0 for K, _1 for V; `at`: this lane's box of the block where it is loaded in page boxes.
     auto load = [&](auto& pipeline, auto& storage, auto& state, auto const& tma, auto const& copies, auto kv,
-                    auto chunk_at, const RowTensor& rows, auto kColumns, int columns, int n) {
+                    auto chunk_at, const RowTensor& rows, auto kColumns, int columns, int n, const KeyBlockCoord& at) {
       if constexpr (Traits::kKeyGroupMajor) {  // page boxes only (with_forward_traits): one copy each
         constexpr int kKV = decltype(kv)::value;
         constexpr int kStageColumns = decltype(kColumns)::value;
         const KeyCache& cache = params.problem.key_cache;
         const int box_groups = cache.page_box_rows / kKeyGroupRows;
-        const int page_groups = cache.page_size / kKeyGroupRows;
+        const int page_groups = cache.page_size.divisor() / kKeyGroupRows;
         typename Traits::Element* stage = (kKV == 0 ? smem.k.data() : smem.v.data()) +
                                           state.index() * (Traits::kBlockN * kStageColumns);
-        load_boxes(pipeline, state, Traits::kBlockN / cache.page_box_rows, n,
-                   [&](int lane, const KeyBlockCoord& at, uint64_t* full) {
-                     // Past the sequence or the cache, at.batch is num_pages: past the tensor, zeros.
-                     const int group = at.batch * page_groups + at.block * box_groups;
-                     copy_page_rows(kKV == 0 ? params.k_page_rows : params.v_page_rows, full,
-                                    stage + lane * (cache.page_box_rows * kStageColumns), t.head_kv, group);
-                   });
+        load_boxes(pipeline, state, at, [&](int box, const KeyBlockCoord& at, uint64_t* full) {
+          // Past the sequence or the cache, at.batch is num_pages: past the tensor, zeros.
+          const int group = at.batch * page_groups + at.block * box_groups;
+          copy_page_rows(kKV == 0 ? params.k_page_rows : params.v_page_rows, full,
+                         stage + box * (cache.page_box_rows * kStageColumns), t.head_kv, group);
+        });
       } else if (boxes) {
         // Boxes of box_rows keys, K's or V's (kv).
         auto load_in = [&](auto box_rows, auto const& k_tma, auto const& v_tma) {
@@ -359,11 +367,9 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
             }
           }();
           auto const& copies = get<kKV>(pairs);
-          load_boxes(pipeline, state, Traits::kBlockN / decltype(box_rows)::value, n,
-                     [&](int lane, const KeyBlockCoord& at, uint64_t* full) {
-                       copy(box_tma.with(*full), get<0>(copies)(_, at.block, at.batch),
-                            get<1>(copies)(_, lane, state.index()));
-                     });
+          load_boxes(pipeline, state, at, [&](int box, const KeyBlockCoord& at, uint64_t* full) {
+            copy(box_tma.with(*full), get<0>(copies)(_, at.block, at.batch), get<1>(copies)(_, box, state.index()));
+          });
         };
         // Wide boxes only where they divide the key block (Traits::kWidePageBoxes).
         if constexpr (Traits::kWidePageBoxes) {
@@ -385,13 +391,13 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
         __syncwarp();
         if (leader) storage.full_barrier_[state.index()].arrive();
       } else {
-        const KeyBlockCoord at = key_block_coord(params.problem.key_cache, t, n, Traits::kBlockN);
-        if (at.fault && leader) smem.page_faults[tile_slot] = 1;
+        const KeyBlockCoord whole = key_block_coord(params.problem.key_cache, t, n, Traits::kBlockN);
+        if (whole.fault && leader) smem.page_faults[tile_slot] = 1;
         // CUTLASS's barrier asm has no memory clobber: keep the store before the arrival below.
         asm volatile("" ::: "memory");
         pipeline.producer_acquire(state);
         if (leader) {
-          copy(tma.with(*pipeline.producer_get_barrier(state)), get<0>(copies)(_, at.block, at.batch),
+          copy(tma.with(*pipeline.producer_get_barrier(state)), get<0>(copies)(_, whole.block, whole.batch),
                get<1>(copies)(_, state.index()));
         }
       }
@@ -399,9 +405,9 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     };
     auto k_chunk = [&](int r, int c, int stage) { return cute::cast_smem_ptr_to_uint(&sK(r, c, stage)); };
     auto v_chunk = [&](int r, int c, int stage) { return cute::cast_smem_ptr_to_uint(&sVt(c, r, stage)); };
-    auto load_k = [&](int n) {
+    auto load_k = [&](int n, const KeyBlockCoord& at) {
       load(pipeline_k, smem.pipeline_k, state_k, params.tma_k, k_copy, _0{}, k_chunk, params.k, typename Traits::HeadDim{},
-           params.problem.head_dim, n);
+           params.problem.head_dim, n, at);
     };
     // FP8: V block n into the next v_rows stage once the transposers are done with it; they
     // write its V^T stage (fp8_v_transposer).
@@ -416,15 +422,16 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
       }
       ++v_rows_state;
     };
-    auto load_v = [&](int n) {
+    auto load_v = [&](int n, const KeyBlockCoord& at) {
       if constexpr (Traits::kFp8) {
         load_v_rows(n);
       } else {
         load(pipeline_v, smem.pipeline_v, state_v, params.tma_vt, v_copy, _1{}, v_chunk, params.v,
-             typename Traits::HeadDimV{}, params.problem.head_dim_v, n);
+             typename Traits::HeadDimV{}, params.problem.head_dim_v, n, at);
       }
     };
-    load_k(t.n_blocks.end - 1);  // while the consumers may still be in the previous tile's epilogue
+    const KeyBlockCoord last = page_boxes_at(t.n_blocks.end - 1);
+    load_k(t.n_blocks.end - 1, last);  // while the consumers may still be in the previous tile's epilogue
     if constexpr (!kGatherHelper) {  // Q is the producer's alone
       wait_query_released_before<Traits>(smem, round);  // sQ holds the previous tile's Q until then
       if (params.pack.divisor() > 1) {
@@ -435,17 +442,18 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
         copy(params.tma_q.with(reinterpret_cast<uint64_t&>(smem.q_full)), tQgQ, tQsQ);
       }
     }
-    if constexpr (Traits::kKeysAhead) {  // see ForwardTileShape
+    if constexpr (Traits::kKeysAhead) {  // see ForwardTileShape; V looks its block up again
       for (int n = t.n_blocks.end - 1; n > t.n_blocks.begin; --n) {
-        load_k(n - 1);
-        load_v(n);
+        load_k(n - 1, page_boxes_at(n - 1));
+        load_v(n, page_boxes_at(n));
       }
-      load_v(t.n_blocks.begin);
+      load_v(t.n_blocks.begin, page_boxes_at(t.n_blocks.begin));
     } else {
-      load_v(t.n_blocks.end - 1);
+      load_v(t.n_blocks.end - 1, last);
       for (int n = t.n_blocks.end - 2; n >= t.n_blocks.begin; --n) {
-        load_k(n);
-        load_v(n);
+        const KeyBlockCoord at = page_boxes_at(n);
+        load_k(n, at);
+        load_v(n, at);
       }
     }
   }

@@ -59,7 +59,7 @@ HOPATTN_HOST_DEVICE KeyBlockCoord key_block_coord(const KeyCache& cache, const F
   if (!cache.paged()) return KeyBlockCoord{n, t.kv_batch, false};
   const int page = cache.page(t.kv_batch, n * block_n);
   if (page < 0) return KeyBlockCoord{0, cache.num_pages, true};
-  return KeyBlockCoord{n % (cache.page_size / block_n), page, false};
+  return KeyBlockCoord{cache.page_size.remainder(n * block_n) / block_n, page, false};
 }
 
 // Keys per TMA box where a paged KV cache's pages hold whole boxes but not whole key blocks
@@ -76,9 +76,10 @@ inline constexpr int kWidePageBoxRows = 64;
 // and page_box_rows; neither: one TMA copy a block), `left_padded` where the keys may start inside
 // a page (cache_leftpad).
 HOPATTN_HOST_DEVICE void choose_paged_loads(KeyCache& cache, bool left_padded, int block_n) {
-  cache.gather = cache.paged() && (left_padded || cache.page_size % kPageBoxRows != 0);
-  const bool boxes = cache.paged() && !cache.gather && cache.page_size % block_n != 0;
-  const bool wide = cache.page_size % kWidePageBoxRows == 0 && block_n % kWidePageBoxRows == 0;
+  const int page_size = cache.page_size.divisor();
+  cache.gather = cache.paged() && (left_padded || page_size % kPageBoxRows != 0);
+  const bool boxes = cache.paged() && !cache.gather && page_size % block_n != 0;
+  const bool wide = page_size % kWidePageBoxRows == 0 && block_n % kWidePageBoxRows == 0;
   cache.page_box_rows = boxes ? (wide ? kWidePageBoxRows : kPageBoxRows) : 0;
 }
 
@@ -94,7 +95,9 @@ HOPATTN_HOST_DEVICE KeyBlockCoord page_box_coord(const KeyCache& cache, const Fo
   if (position >= t.seqlen_k) return KeyBlockCoord{0, cache.num_pages, false};
   const int page = cache.page(t.kv_batch, position);
   if (page < 0) return KeyBlockCoord{0, cache.num_pages, true};
-  return KeyBlockCoord{position % cache.page_size / rows, page, false};
+  // The box along the page: rows is one of two powers of two, so a shift, not a division.
+  const int in_page = cache.page_size.remainder(position);
+  return KeyBlockCoord{rows == kWidePageBoxRows ? in_page / kWidePageBoxRows : in_page / kPageBoxRows, page, false};
 }
 
 // Key block n of tile t in a paged cache whose rows are gathered one by one: its keys are the
@@ -108,8 +111,12 @@ struct GatheredBlock {
 
   HOPATTN_HOST_DEVICE bool real(int r) const { return first + r < end; }
   // Row r's entry, counted from first_entry, and its row in that page.
-  HOPATTN_HOST_DEVICE int entry(int r, int page_size) const { return (first + r) / page_size - first_entry; }
-  HOPATTN_HOST_DEVICE int row_in_page(int r, int page_size) const { return (first + r) % page_size; }
+  HOPATTN_HOST_DEVICE int entry(int r, const FastDivisor& page_size) const {
+    return page_size.divide(first + r) - first_entry;
+  }
+  HOPATTN_HOST_DEVICE int row_in_page(int r, const FastDivisor& page_size) const {
+    return page_size.remainder(first + r);
+  }
 };
 
 HOPATTN_HOST_DEVICE GatheredBlock gathered_block(const KeyCache& cache, const ForwardTile& t, int n, int block_n) {
@@ -117,8 +124,8 @@ HOPATTN_HOST_DEVICE GatheredBlock gathered_block(const KeyCache& cache, const Fo
   g.first = t.k_offset + n * block_n;
   const int block_end = (n + 1) * block_n;
   g.end = t.k_offset + (block_end < t.seqlen_k ? block_end : t.seqlen_k);  // a visited block has a real key
-  g.first_entry = g.first / cache.page_size;
-  g.entries = (g.end - 1) / cache.page_size - g.first_entry + 1;
+  g.first_entry = cache.page_size.divide(g.first);
+  g.entries = cache.page_size.divide(g.end - 1) - g.first_entry + 1;
   return g;
 }
 

@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kThreads) append_kv_kernel(const __grid_consta
       long long token = position;
       if (p.cache.paged()) {
         batch = p.cache.page(cache_row, static_cast<int>(position));  // below the capacity: fits
-        token = position % p.cache.page_size;
+        token = p.cache.page_size.remainder(static_cast<int>(position));
       }
       if (d < p.head_dim) {
         copy_chunk<T>(p, p.k_new.at<const uint16_t>(b, keys.offset + t, h), p.k_cache.at<uint16_t>(batch, token, h), d,

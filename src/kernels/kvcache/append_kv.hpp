@@ -108,10 +108,11 @@ HOPATTN_HOST_DEVICE bool append_pages_exist(const AppendKVParams& p, int b, int 
   if (!p.cache.paged() || keys == 0) return true;
   const int row = p.cache.row(b);
   const long long filled = p.cache_seqlens[b];
-  const long long last_page = (filled + keys - 1) / p.cache.page_size;
-  for (long long page = filled / p.cache.page_size + first; page <= last_page; page += step) {
+  const int page_size = p.cache.page_size.divisor();
+  const long long last_page = (filled + keys - 1) / page_size;
+  for (long long page = filled / page_size + first; page <= last_page; page += step) {
     // Called after append_fits_except_pages: the positions are below the capacity, within int.
-    if (p.cache.page(row, static_cast<int>(page * p.cache.page_size)) < 0) return false;
+    if (p.cache.page(row, static_cast<int>(page * page_size)) < 0) return false;
   }
   return true;
 }
