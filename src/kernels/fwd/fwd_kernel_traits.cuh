@@ -39,16 +39,17 @@ struct ForwardKernelTraits {
   // with_forward_traits; the key-group-major form of the packed tile too): its kernel is the
   // packed one, the others' the plain one.
   static constexpr bool kPackedRows = std::is_base_of_v<ForwardPackedTileConfig<kHeadDim>, Config> ||
-                                      std::is_same_v<Config, ForwardPackedNarrowTileConfig<kHeadDim>> ||
+                                      std::is_base_of_v<ForwardPackedNarrowTileConfig<kHeadDim>, Config> ||
                                       std::is_same_v<Config, ForwardFp8PackedTileConfig<kHeadDim>>;
   // Whether the producer can load a paged KV cache whose pages do not hold whole key blocks (in
   // boxes or gathered row by row): not in the wider unmasked tile, whose 176-key blocks split
   // every power-of-two page and whose producer spilled with the gather's state; paged caches
-  // never take it (with_forward_traits).
-  static constexpr bool kLoadsSmallPages = !std::is_same_v<Config, ForwardUnmaskedTileConfig<kHeadDim>> && !kFp8;
+  // never take it (with_forward_traits); nor WholeKeyBlocksTileConfig's.
+  static constexpr bool kLoadsSmallPages = !std::is_same_v<Config, ForwardUnmaskedTileConfig<kHeadDim>> && !kFp8 &&
+                                           !std::is_base_of_v<WholeKeyBlocksForm, Config>;
   // K's and V^T's stages key-group-major (KeyGroupMajorTileConfig): each 8-key group's 64-column
   // chunks of the head dim together, so that a page box is one TMA copy (fwd_page_rows_tma.hpp).
-  static constexpr bool kKeyGroupMajor = kKeyGroupMajorConfig<Config>;
+  static constexpr bool kKeyGroupMajor = std::is_base_of_v<KeyGroupMajorForm, Config>;
   static_assert(!kKeyGroupMajor || (!kFp8 && kHeadDim % 64 == 0 && kHeadDimV % 64 == 0 && kLoadsSmallPages),
                 "key-group-major stages are made of 128-byte swizzle rows of 16-bit elements, for paged caches");
 

@@ -112,6 +112,13 @@ inline KeyTensorExtent key_tensor_extent(const Problem& p) {
   return KeyTensorExtent{p.max_seqlen_k, p.batch};
 }
 
+// How a tile with key blocks of block_n keys loads `problem`'s cache (choose_paged_loads' choice).
+inline KeyCache paged_loads(const Problem& problem, int block_n) {
+  KeyCache cache = problem.key_cache;
+  choose_paged_loads(cache, problem.keys.start != nullptr, block_n);
+  return cache;
+}
+
 // `workspace`: null, or forward_workspace_bytes_for() bytes.
 template <class Traits>
 ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors& t, const DeviceLimits& device,
@@ -151,7 +158,7 @@ ForwardParams<Traits> make_forward_params(const Problem& p, const ForwardTensors
   // A paged cache's pages that hold whole key blocks take one TMA copy per block; pages that hold
   // whole boxes of kPageBoxRows keys one per box; other pages, or keys that start inside a page
   // (left padding), are gathered row by row.
-  choose_paged_loads(params.problem.key_cache, p.keys.start != nullptr, Traits::kBlockN);
+  params.problem.key_cache = paged_loads(p, Traits::kBlockN);
   using BoxRows = Int<kPageBoxRows>;
   using WideBoxRows = Int<kWidePageBoxRows>;
   if constexpr (Traits::kFp8) {  // an FP8 cache's pages hold whole key blocks (validate.cpp): no boxes
@@ -318,17 +325,24 @@ inline constexpr bool kHasKeyGroupMajorForm =
 // cache: paged, of pages of whole boxes but not whole blocks, for which its TMA tensor exists
 // (consecutive pages, head dims of whole chunks: make_page_rows_tma).
 inline bool loads_key_group_major(const Problem& problem, int block_n) {
-  KeyCache cache = problem.key_cache;
-  choose_paged_loads(cache, problem.keys.start != nullptr, block_n);
+  const KeyCache cache = paged_loads(problem, block_n);
   return cache.page_box_rows > 0 && cache.consecutive_pages && problem.head_dim % 64 == 0 &&
          problem.head_dim_v % 64 == 0;
+}
+
+// Whether such a tile loads `problem`'s keys in pieces smaller than a block (page boxes or
+// gathered rows).
+inline bool loads_small_pages(const Problem& problem, int block_n) {
+  const KeyCache cache = paged_loads(problem, block_n);
+  return cache.gather || cache.page_box_rows > 0;
 }
 
 // Calls f(Traits{}) with the kernel traits that launch_forward_kernel uses for `problem` and score
 // variant kScores: the packed tile where the plan packs GQA heads (the only traits that pack), else
 // the unmasked tile where it pays (not for paged caches), else the any-mask tile (the softcap
 // variant's own where it differs); the key-group-major form of the packed or any-mask tile for
-// paged caches loaded in boxes (loads_key_group_major).
+// paged caches loaded in boxes (loads_key_group_major); with plain scores, the narrow packed tile's
+// form without small-page loads where none are needed (WholeKeyBlocksTileConfig).
 template <DType kDType, int kHeadDim, int kHeadDimV, ScoreVariant kScores, class F>
 auto with_forward_traits(const Problem& problem, const DeviceLimits& device, F&& f) {
   using Element = typename CutlassElement<kDType>::type;
@@ -359,7 +373,15 @@ auto with_forward_traits(const Problem& problem, const DeviceLimits& device, F&&
       // A query row or a few of each head of the group fit one warpgroup's 64 rows.
       const bool narrow = static_cast<long long>(problem.max_seqlen_q) * packed.pack <= NarrowPackedTraits::kBlockM &&
                           forward_split_plan<NarrowPackedTraits>(problem, device, /*workspace=*/false).packed();
-      if (narrow) return f(NarrowPackedTraits{});
+      if (narrow) {
+        if constexpr (kScores == ScoreVariant::kPlain) {
+          if (!loads_small_pages(problem, NarrowPackedTraits::kBlockN)) {
+            return f(ForwardKernelTraits<Element, kHeadDim, kHeadDimV,
+                                         WholeKeyBlocksTileConfig<ForwardPackedNarrowTileConfig<kHeadDim>>>{});
+          }
+        }
+        return f(NarrowPackedTraits{});
+      }
       // Chunked prefill packs where the group's rows need fewer tiles together (seqlen_q of 3000
       // at 32/8: 94 tiles a KV head against 96).
       if constexpr (kHasKeyGroupMajorForm<kHeadDim, kHeadDimV, kScores>) {

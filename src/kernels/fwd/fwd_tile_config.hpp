@@ -140,19 +140,24 @@ struct ForwardFp8PackedTileConfig<64> {
   static constexpr ForwardTileShape kShape = ForwardPackedTileConfig<64>::kShape;
 };
 
-// A tile with key-group-major K and V^T stages (fwd_page_rows_tma.hpp): for paged caches whose
-// pages hold whole boxes of keys but not whole key blocks, where a box then takes one TMA copy
-// instead of one per 64 head-dim columns. The base tile's shape otherwise.
+// Forms of a tile: its config derives from the base tile and from a form's tag, which the kernel
+// traits test with std::is_base_of (ForwardKernelTraits::kKeyGroupMajor, kLoadsSmallPages).
+//
+// Key-group-major K and V^T stages (fwd_page_rows_tma.hpp): for paged caches whose pages hold
+// whole boxes of keys but not whole key blocks, where a box then takes one TMA copy instead of
+// one per 64 head-dim columns. The base tile's shape otherwise.
+struct KeyGroupMajorForm {};
 template <class Base>
-struct KeyGroupMajorTileConfig : Base {
-  static constexpr bool kKeyGroupMajor = true;
-};
+struct KeyGroupMajorTileConfig : Base, KeyGroupMajorForm {};
 
-// Whether a tile config's stages are key-group-major (only KeyGroupMajorTileConfig's are).
-template <class Config, class = void>
-inline constexpr bool kKeyGroupMajorConfig = false;
-template <class Config>
-inline constexpr bool kKeyGroupMajorConfig<Config, std::void_t<decltype(Config::kKeyGroupMajor)>> =
-    Config::kKeyGroupMajor;
+// Whole key blocks only (contiguous keys, or pages that hold whole blocks): the base tile without
+// the paths for smaller pages (page boxes, the row gather and its helper warps). For decode's
+// narrow tile, whose CTAs run a key block or a few per step: ncu (H100, MQA 32/1 8k, batch 1) had
+// 23% of its stalls waiting for instructions, its code fetched cold on every SM each step. This
+// form's kernel is 6300 SASS instructions against 9800 (bf16 d128); decode steps measured 2-10%
+// faster at batch 1 and 3-8% at MQA batch 16 (H100, bench/results/ab/2026-12-07-h100-decode-whole-key-blocks.md).
+struct WholeKeyBlocksForm {};
+template <class Base>
+struct WholeKeyBlocksTileConfig : Base, WholeKeyBlocksForm {};
 
 }  // namespace hopattn
