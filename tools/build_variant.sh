@@ -8,6 +8,7 @@
 # HEADDIMS and DTYPES are CMake lists ("64;128"); CUTLASS_INCLUDE_DIR (else the build installs the
 # headers from PyPI), HOPATTN_SOFTCAP and HOPATTN_FP8 (ON/OFF, default OFF here: smaller builds)
 # pass through. With ccache, set CCACHE_BASEDIR to WORK_DIR so that variants share compiled units.
+# On the Hopper machine, tools/run_variants.sh OUT_DIR ... checks and times the collected builds.
 set -euo pipefail
 work=$1 out=$2 name=$3 dims=$4 dtypes=$5
 shift 5
