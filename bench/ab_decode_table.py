@@ -1,20 +1,39 @@
 #!/usr/bin/env python3
-"""Decode A/B table: for each row of bench/compare.py decode files named dec-VARIANT-ROUND.json in DIR,
-hopattn's microseconds per variant (every round) and cuDNN's (median over all files), then each
-variant's median time as a ratio cuDNN / hopattn. Usage: bench/ab_decode_table.py DIR VARIANT...
+"""hopattn / cuDNN per decode row for each build of an A/B (bench/compare.py decode files).
+
+DIR holds files named dec-VARIANT-ROUND.json. Prints one markdown table: a row per problem, each
+variant's hopattn microseconds (every round), cuDNN's (the median over all files), then each
+variant's ratio cuDNN / hopattn of the medians. Usage: bench/ab_decode_table.py DIR VARIANT...
 """
-import json, sys, glob, collections, statistics, os
-d = sys.argv[1]; variants = sys.argv[2:]
-t = collections.defaultdict(lambda: collections.defaultdict(list))
-for v in variants:
-    for f in sorted(glob.glob(f"{d}/dec-{v}-*.json")):
-        for r in json.load(open(f))["rows"]:
-            k = (r["page_size"], r["hdim"], r["batch"], f"{r['heads']}/{r['heads_kv']}", r["seqlen_q"], r["seqlen_k"])
-            t[k][v if r["impl"] == "hopattn" else r["impl"]].append(r["ms"] * 1000)
-print("| page | d | batch | heads | q | k | " + " | ".join(f"{v} us" for v in variants) + " | cuDNN us | " + " | ".join(f"{v}/cuDNN" for v in variants) + " |")
-print("|" + "---|" * (6 + 2 * len(variants) + 1))
-for k in sorted(t):
-    c = statistics.median(t[k]["cudnn"]) if t[k]["cudnn"] else float("nan")
-    us = " | ".join(", ".join(f"{x:.2f}" for x in t[k][v]) for v in variants)
-    rat = " | ".join(f"{c / statistics.median(t[k][v]):.3f}" if t[k][v] else "-" for v in variants)
-    print(f"| {' | '.join(map(str, k))} | {us} | {c:.2f} | {rat} |")
+import collections
+import glob
+import json
+import statistics
+import sys
+
+
+def row_key(row):
+    return (row["page_size"], row["hdim"], row["batch"], f"{row['heads']}/{row['heads_kv']}", row["seqlen_q"],
+            row["seqlen_k"])
+
+
+def main(directory, variants):
+    micros = collections.defaultdict(lambda: collections.defaultdict(list))  # row key -> impl or variant -> [us]
+    for variant in variants:
+        for path in sorted(glob.glob(f"{directory}/dec-{variant}-*.json")):
+            for row in json.load(open(path))["rows"]:
+                impl = variant if row["impl"] == "hopattn" else row["impl"]
+                micros[row_key(row)][impl].append(row["ms"] * 1000)
+    print("| page | d | batch | heads | q | k | " + " | ".join(f"{v} us" for v in variants) + " | cuDNN us | " +
+          " | ".join(f"{v}/cuDNN" for v in variants) + " |")
+    print("|" + "---|" * (6 + 2 * len(variants) + 1))
+    for key in sorted(micros):
+        times = micros[key]
+        cudnn = statistics.median(times["cudnn"]) if times["cudnn"] else float("nan")
+        rounds = " | ".join(", ".join(f"{x:.2f}" for x in times[v]) for v in variants)
+        ratios = " | ".join(f"{cudnn / statistics.median(times[v]):.3f}" if times[v] else "-" for v in variants)
+        print(f"| {' | '.join(map(str, key))} | {rounds} | {cudnn:.2f} | {ratios} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])

@@ -10,8 +10,8 @@
 #   decode    bench/compare.py decode, every NAME in turn, ROUNDS rounds (DECODE_ARGS), then the
 #             table of bench/ab_decode_table.py
 #   prefill   bench/compare.py chunked_prefill likewise (PREFILL_ARGS; paged / contiguous per NAME)
-#   fwd       bench/compare.py run (FWD_ARGS), then bench/ab_table.py
-# Files land in OUT_DIR as dec-NAME-ROUND.json, cp-NAME-ROUND.json, fwd-NAME-ROUND.json and logs.
+#   fwd       tools/ab_compare.sh's forward A/B (FWD_ARGS) into OUT_DIR/fwd, if a minute is left
+# Files land in OUT_DIR as dec-NAME-ROUND.json, cp-NAME-ROUND.json (and fwd/) with their logs.
 # gtest names carry their instantiation prefix (Decode/DecodeSweep.*): filters start with '*'.
 set -uo pipefail
 variants=$1 out=$2 budget=$3 steps=$4
@@ -89,9 +89,10 @@ if 0 in ms:
 EOF
   done
 fi
-if has fwd; then
-  # shellcheck disable=SC2086
-  time_step run fwd 60 --peers cudnn ${FWD_ARGS:---direction fwd --hdims 128 --seqlens 512,1024,8192 --dtype bf16 --extra= --no-check}
-  python3 bench/ab_table.py "$out"/fwd-*.json
+if has fwd && (($(left) >= 60)); then
+  libraries=()
+  for name in "${names[@]}"; do libraries+=("$name=$variants/$name/libhopattn.so"); done
+  tools/ab_compare.sh "$out/fwd" "${ROUNDS:-2}" \
+    "${FWD_ARGS:---direction fwd --hdims 128 --seqlens 512,1024,8192 --dtype bf16 --extra= --no-check}" "${libraries[@]}"
 fi
 echo "run_variants: done in $(($(date +%s) - start)) s"
