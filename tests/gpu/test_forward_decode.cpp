@@ -81,6 +81,21 @@ std::vector<NamedCase> decode_cases() {
   mqa.causal = true;
   mqa.seed = 990;
   all.push_back({"q1_k131072_h32x1_d128_causal_auto", mqa});
+  // d192, which the rotation above leaves out: the packed narrow tile with whole key blocks
+  // (one query row of 32/8 heads, contiguous cache), split and not.
+  CaseSpec d192;
+  d192.batch = 2;
+  d192.seqlen_q = 1;
+  d192.seqlen_k = 8192;
+  d192.heads = 32;
+  d192.heads_kv = 8;
+  d192.head_dim = 192;
+  d192.causal = true;
+  for (int n : {0, 1}) {
+    d192.num_splits = n;
+    d192.seed = 970 + n;
+    all.push_back({"q1_k8192_h32x8_d192_causal_splits" + std::to_string(n), d192});
+  }
   // Attention sinks through the key splits' combine and the packed heads' epilogue.
   CaseSpec sinks;
   sinks.batch = 2;
