@@ -70,41 +70,32 @@ std::vector<NamedCase> decode_cases() {
       }
     }
   }
+  // One causal query row per sequence against a contiguous cache.
+  auto one_query_row = [](int batch, int seqlen_k, int heads, int heads_kv, int head_dim) {
+    CaseSpec s;
+    s.batch = batch;
+    s.seqlen_q = 1;
+    s.seqlen_k = seqlen_k;
+    s.heads = heads;
+    s.heads_kv = heads_kv;
+    s.head_dim = head_dim;
+    s.causal = true;
+    return s;
+  };
   // A long cache with MQA: the automatic choice takes many pieces for one tile.
-  CaseSpec mqa;
-  mqa.batch = 1;
-  mqa.seqlen_q = 1;
-  mqa.seqlen_k = 131072;
-  mqa.heads = 32;
-  mqa.heads_kv = 1;
-  mqa.head_dim = 128;
-  mqa.causal = true;
+  CaseSpec mqa = one_query_row(1, 131072, 32, 1, 128);
   mqa.seed = 990;
   all.push_back({"q1_k131072_h32x1_d128_causal_auto", mqa});
   // d192, which the rotation above leaves out: the packed narrow tile with whole key blocks
   // (one query row of 32/8 heads, contiguous cache), split and not.
-  CaseSpec d192;
-  d192.batch = 2;
-  d192.seqlen_q = 1;
-  d192.seqlen_k = 8192;
-  d192.heads = 32;
-  d192.heads_kv = 8;
-  d192.head_dim = 192;
-  d192.causal = true;
+  CaseSpec d192 = one_query_row(2, 8192, 32, 8, 192);
   for (int n : {0, 1}) {
     d192.num_splits = n;
     d192.seed = 970 + n;
     all.push_back({"q1_k8192_h32x8_d192_causal_splits" + std::to_string(n), d192});
   }
   // Attention sinks through the key splits' combine and the packed heads' epilogue.
-  CaseSpec sinks;
-  sinks.batch = 2;
-  sinks.seqlen_q = 1;
-  sinks.seqlen_k = 8192;
-  sinks.heads = 32;
-  sinks.heads_kv = 8;
-  sinks.head_dim = 128;
-  sinks.causal = true;
+  CaseSpec sinks = one_query_row(2, 8192, 32, 8, 128);
   for (int h = 0; h < sinks.heads; ++h) sinks.sinks.push_back(static_cast<float>(h % 9) - 2.f);
   for (int n : {0, 1}) {
     sinks.num_splits = n;
