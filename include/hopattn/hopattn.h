@@ -70,7 +70,8 @@ typedef struct hopattn_page_table {
 typedef struct hopattn_forward_args {
   size_t struct_size;
   /* As in hopattn.hpp's ForwardArgs: q and k end in head_dim, v and o in head_dim_v (v's last
-   * dimension, which may differ from head_dim). */
+   * dimension, which may differ from head_dim). With varlen and no page table, rows that no
+   * sequence's real tokens cover get o = 0 and lse = -inf. */
   hopattn_tensor q, k, v, o, lse;
   float softmax_scale; /* 0 selects 1/sqrt(head_dim) (q's) */
   int32_t causal;
@@ -104,7 +105,8 @@ typedef struct hopattn_forward_args {
 
 typedef struct hopattn_backward_args {
   size_t struct_size;
-  /* q, k, dq, dk end in head_dim; v, o, dout, dv in head_dim_v (v's last dimension). */
+  /* q, k, dq, dk end in head_dim; v, o, dout, dv in head_dim_v (v's last dimension). With varlen,
+   * rows of dq, dk, dv that no sequence's real tokens cover are set to 0. */
   hopattn_tensor q, k, v, o, lse, dout, dq, dk, dv;
   float softmax_scale;
   int32_t causal;

@@ -125,8 +125,10 @@ struct ForwardArgs {
   Tensor q;    // (batch, seqlen_q, H, d)
   Tensor k;    // (batch, seqlen_k, H_kv, d)
   Tensor v;    // (batch, seqlen_k, H_kv, d_v)
-  Tensor o;    // (batch, seqlen_q, H, d_v), written
-  Tensor lse;  // fp32 (batch, H, seqlen_q), written; optional (data == nullptr skips it)
+  // Written; in varlen mode without a page table, rows that no sequence's real tokens cover get
+  // O = 0 and LSE = -inf.
+  Tensor o;    // (batch, seqlen_q, H, d_v)
+  Tensor lse;  // fp32 (batch, H, seqlen_q); optional (data == nullptr skips it)
   float softmax_scale = kDefaultSoftmaxScale;
   Mask mask;
   Varlen varlen;
@@ -210,9 +212,10 @@ struct BackwardArgs {
   Tensor o;     // the forward's output
   Tensor lse;   // the forward's LSE (required)
   Tensor dout;  // like o
-  Tensor dq;    // like q, written
-  Tensor dk;    // like k, written (summed over the query heads of a GQA group)
-  Tensor dv;    // like v, written
+  // Gradients, written; in varlen mode rows that no sequence's real tokens cover are set to 0.
+  Tensor dq;    // like q
+  Tensor dk;    // like k (summed over the query heads of a GQA group)
+  Tensor dv;    // like v
   float softmax_scale = kDefaultSoftmaxScale;
   Mask mask;
   Varlen varlen;

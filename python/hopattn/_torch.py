@@ -360,12 +360,21 @@ def forward_impl(
         _check_varlen(q, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
         cu_seqlens_q, cu_seqlens_k = _index_array(cu_seqlens_q), _index_array(cu_seqlens_k)
         seqused_q, seqused_k = _index_array(seqused_q), _index_array(seqused_k)
-        # Rows that no sequence covers (or beyond seqused) are not written by the library: they
-        # read as rows that see no key, O = 0 and LSE = -inf.
-        out = torch.zeros(_out_shape(q, v), dtype=out_dtype, device=q.device)
+        # Rows that no sequence covers (or beyond seqused) read as rows that see no key, O = 0 and
+        # LSE = -inf: the library sets them, except with a page table (its KV-cache path), where
+        # they are filled here (zero-filling costs a pass over O: ~22 us at 16k tokens x 16 heads
+        # x d128 on the H100).
+        if page_table is None:
+            out = torch.empty(_out_shape(q, v), dtype=out_dtype, device=q.device)
+        else:
+            out = torch.zeros(_out_shape(q, v), dtype=out_dtype, device=q.device)
         lse = None
         if with_lse:
-            lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
+            lse_shape = (q.shape[1], q.shape[0])
+            if page_table is None:
+                lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+            else:
+                lse = torch.full(lse_shape, float("-inf"), dtype=torch.float32, device=q.device)
         varlen_fields = _varlen_fields(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
     else:
         out = torch.empty(_out_shape(q, v), dtype=out_dtype, device=q.device)
@@ -448,15 +457,14 @@ def backward_impl(
         _check_varlen(q, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
         cu_seqlens_q, cu_seqlens_k = _index_array(cu_seqlens_q), _index_array(cu_seqlens_k)
         seqused_q, seqused_k = _index_array(seqused_q), _index_array(seqused_k)
-        # As in the forward: rows outside every sequence get zero gradients.
-        new = torch.zeros
         varlen_fields = _varlen_fields(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
     else:
-        new = torch.empty
         varlen_fields = _capi.EMPTY_VARLEN
-    dq = new(q.shape, dtype=q.dtype, device=q.device)
-    dk = new(k.shape, dtype=q.dtype, device=q.device)
-    dv = new(v.shape, dtype=q.dtype, device=q.device)
+    # Uninitialized: the library writes every row, zeros where no sequence covers it (zero-filling
+    # them here cost ~70 us a call at 16k tokens x 16 heads x d128 on the H100).
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=q.dtype, device=q.device)
+    dv = torch.empty(v.shape, dtype=q.dtype, device=q.device)
     # Not zeroed: the library writes every head's gradient, 0 for heads without query rows.
     dsinks = torch.empty(sinks.shape, dtype=torch.float32, device=q.device) if sinks is not None else None
     args = _capi.pack_backward(

@@ -6,6 +6,7 @@
 #include "api/forward_dispatch.hpp"
 #include "api/kernel_choice.hpp"
 #include "kernels/bwd/backward_kernels.hpp"
+#include "kernels/common/clear_uncovered_rows.hpp"
 #include "kernels/reference/reference_attention.hpp"
 
 namespace hopattn {
@@ -73,6 +74,12 @@ size_t backward_workspace_bytes(const Problem& problem, const BackwardTensors& t
 Status run_backward(const Problem& problem, const BackwardTensors& tensors, void* workspace, bool deterministic,
                     cudaStream_t stream) {
   const BackwardPlan plan = plan_backward(problem, tensors);
+  if (plan.reference || plan.kernel != nullptr) {
+    if (Status s = cuda_status(clear_uncovered_gradient_rows(problem, tensors, stream), "backward kernel launch");
+        !s.ok()) {
+      return s;
+    }
+  }
   if (plan.reference) {
     // The reference has no atomics: it is deterministic either way.
     return cuda_status(reference_backward(problem, tensors, workspace, kReferencePrecision, stream),

@@ -4,6 +4,7 @@
 
 #include "api/device.hpp"
 #include "api/kernel_choice.hpp"
+#include "kernels/common/clear_uncovered_rows.hpp"
 #include "kernels/fwd/forward_kernels.hpp"
 #include "kernels/reference/reference_attention.hpp"
 
@@ -92,6 +93,14 @@ size_t forward_workspace_bytes(const Problem& problem, const ForwardTensors& ten
 
 Status run_forward(const Problem& problem, const ForwardTensors& tensors, void* workspace, cudaStream_t stream) {
   if (problem.total_q() == 0) return Status();  // nothing to write
+  // Varlen: O = 0 and LSE = -inf on the rows no sequence covers. Not for a KV cache's call, whose
+  // forward overlaps the append kernel before it (grid_dependency.cuh) and whose caller fills them.
+  if (!problem.key_cache.enabled()) {
+    if (Status s = cuda_status(clear_uncovered_output_rows(problem, tensors, stream), "forward kernel launch");
+        !s.ok()) {
+      return s;
+    }
+  }
   if (takes_simple_path(problem, tensors)) {
     return cuda_status(reference_forward(problem, tensors, ReferencePrecision::kFloat32, stream),
                        "forward kernel launch");

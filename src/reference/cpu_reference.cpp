@@ -148,9 +148,13 @@ ForwardResult forward(const HostProblem& p, const std::vector<double>& q, const 
                       const std::vector<double>& v, ForwardRounding r) {
   const Packed po{p.heads, p.value_dim()}, pv{p.heads_kv, p.value_dim()};
   ForwardResult out;
-  out.o.assign(static_cast<size_t>(p.total_q() * p.heads * p.value_dim()), kNaN);
-  out.lse.assign(static_cast<size_t>(p.heads * p.total_q()), kNaN);
   const SequenceLayout queries = p.queries(), keys = p.keys();
+  // Varlen: the rows that no sequence's real tokens cover read as rows that see no key; fixed-
+  // length rows past seqused stay NaN (untouched).
+  const bool varlen = queries.varlen();
+  out.o.assign(static_cast<size_t>(p.total_q() * p.heads * p.value_dim()), varlen ? 0.0 : kNaN);
+  out.lse.assign(static_cast<size_t>(p.heads * p.total_q()),
+                 varlen ? -std::numeric_limits<double>::infinity() : kNaN);
   for (int b = 0; b < p.batch(); ++b) {
     const Sequence sq = queries.sequence(b), sk = keys.sequence(b);
     for (int h = 0; h < p.heads; ++h) {
@@ -177,11 +181,13 @@ BackwardResult backward(const HostProblem& p, const std::vector<double>& q, cons
   const Packed po{p.heads, p.value_dim()}, pv{p.heads_kv, p.value_dim()};
   const ForwardResult fwd = forward(p, q, k, v, r);
   BackwardResult out;
-  out.dq.assign(q.size(), kNaN);
-  out.dk.assign(k.size(), kNaN);
-  out.dv.assign(v.size(), kNaN);
-  if (!p.sinks.empty()) out.dsink.assign(p.sinks.size(), 0.0);
   const SequenceLayout queries = p.queries(), keys = p.keys();
+  // Varlen: the rows that no sequence's real tokens cover get zero gradients; fixed-length rows
+  // past seqused stay NaN (untouched).
+  out.dq.assign(q.size(), queries.varlen() ? 0.0 : kNaN);
+  out.dk.assign(k.size(), keys.varlen() ? 0.0 : kNaN);
+  out.dv.assign(v.size(), keys.varlen() ? 0.0 : kNaN);
+  if (!p.sinks.empty()) out.dsink.assign(p.sinks.size(), 0.0);
   std::vector<double> dk_acc, dv_acc, dq_acc(p.head_dim);
   for (int b = 0; b < p.batch(); ++b) {
     const Sequence sq = queries.sequence(b), sk = keys.sequence(b);
@@ -217,7 +223,7 @@ BackwardResult backward(const HostProblem& p, const std::vector<double>& q, cons
         for (int d = 0; d < p.head_dim; ++d) out.dq[pq.at(row, h) + d] = round_to(r, dq_acc[d] * p.softmax_scale);
       }
     }
-    // Only the real key rows of this sequence get gradients; rows past seqused stay NaN (untouched).
+    // Only the real key rows of this sequence get gradients here.
     for (int64_t e = sk.offset * p.heads_kv * p.head_dim; e < (sk.offset + sk.length) * p.heads_kv * p.head_dim; ++e) {
       out.dk[e] = round_to(r, dk_acc[e] * p.softmax_scale);
     }

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "api/validate.hpp"
+#include "kernels/common/clear_uncovered_rows.hpp"
 #include "kernels/reference/reference_attention.hpp"
 
 namespace hopattn::testing {
@@ -23,6 +24,7 @@ ReferenceRun run_reference(const AttentionCase& c, const Outputs& api_forward, R
   if (!validate_forward(c.forward_args(run.fwd), &problem, &forward_tensors).ok()) {
     throw std::logic_error("oracle: case arguments do not validate");
   }
+  check_cuda(clear_uncovered_output_rows(problem, forward_tensors, nullptr), "oracle forward");
   check_cuda(reference_forward(problem, forward_tensors, precision, nullptr), "oracle forward");
   if (with_backward) {
     BackwardTensors backward_tensors;
@@ -30,6 +32,7 @@ ReferenceRun run_reference(const AttentionCase& c, const Outputs& api_forward, R
       throw std::logic_error("oracle: backward arguments do not validate");
     }
     DeviceBuffer workspace(reference_backward_workspace_bytes(problem, precision));
+    check_cuda(clear_uncovered_gradient_rows(problem, backward_tensors, nullptr), "oracle backward");
     check_cuda(reference_backward(problem, backward_tensors, workspace.data(), precision, nullptr), "oracle backward");
     check_cuda(cudaDeviceSynchronize(), "oracle backward");  // before the workspace is freed
   }
