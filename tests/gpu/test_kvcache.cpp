@@ -538,6 +538,13 @@ std::vector<NamedKVCase> kvcache_cases() {
     s.pack_gqa = PackGqa::kOff;
     all.push_back({"chunked_prefill_page" + std::to_string(page) + "_unpacked", s});
   }
+  // The softcap variant's key-group-major kernels, packed and not.
+  for (const bool packed : {true, false}) {
+    KVCacheSpec s = chunked_prefill(16, 2048, 2048, 128, 4400 + packed);
+    s.softcap = 30.f;
+    if (!packed) s.pack_gqa = PackGqa::kOff;
+    all.push_back({std::string("chunked_prefill_page16_softcap") + (packed ? "" : "_unpacked"), s});
+  }
   return all;
 }
 

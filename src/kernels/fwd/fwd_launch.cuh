@@ -315,11 +315,9 @@ cudaError_t launch_forward_tiles(const Problem& problem, const ForwardTensors& t
 }
 
 // Which kernels have a key-group-major form (KeyGroupMajorTileConfig): where it saves copies
-// (kernel head dims of more than one 64-column chunk, whole chunks). Not yet for softcap, whose
-// paged cases have not run on it.
+// (kernel head dims of more than one 64-column chunk, whole chunks), every score variant.
 template <int kHeadDim, int kHeadDimV, ScoreVariant kScores>
-inline constexpr bool kHasKeyGroupMajorForm =
-    kScores == ScoreVariant::kPlain && kHeadDim % 64 == 0 && kHeadDimV % 64 == 0 && kHeadDim + kHeadDimV > 128;
+inline constexpr bool kHasKeyGroupMajorForm = kHeadDim % 64 == 0 && kHeadDimV % 64 == 0 && kHeadDim + kHeadDimV > 128;
 
 // Whether the key-group-major form of a tile with key blocks of block_n keys loads `problem`'s
 // cache: paged, of pages of whole boxes but not whole blocks, for which its TMA tensor exists
