@@ -1,5 +1,5 @@
-// The rows of a varlen side (queries or keys) that no sequence's real tokens cover: the backward
-// sets its gradients there to zero (docs/semantics.md, "Varlen").
+// The rows of a varlen side (queries or keys) that no sequence's real tokens cover: the forward
+// sets O = 0 and LSE = -inf there, the backward zero gradients (docs/semantics.md, "Varlen").
 #pragma once
 
 #include "kernels/common/host_device.hpp"
