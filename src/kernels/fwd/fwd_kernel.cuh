@@ -47,7 +47,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     smem.q_full.init(/*arrive_count=*/2);  // the producer's and the publisher's
     smem.q_released.init(Traits::kQueryReleaseArrivals);
     for (auto& b : smem.scheduled_full) b.init(/*arrive_count=*/1);  // the publisher's
-    for (auto& b : smem.slot_read) b.init(/*arrive_count=*/kGatherWarps - 1);  // the gather helpers'
+    // The helpers' reads: the two gather helpers', or with page boxes the V loader's.
+    const int slot_readers = params.problem.key_cache.gather ? kGatherWarps - 1 : 1;
+    for (auto& b : smem.slot_read) b.init(slot_readers);
     if constexpr (Traits::kFp8) {
       for (auto& b : smem.v_rows_full) b.init(/*arrive_count=*/1);  // the producer's
       for (auto& b : smem.v_rows_empty) b.init(kFp8TransposerThreads);
@@ -61,6 +63,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // the producer lanes' arrivals, not with a TMA transaction (forward_producer).
   if (Traits::kLoadsSmallPages && params.problem.key_cache.gather) {
     k_params.num_producers = v_params.num_producers = kGatherFullArrivals;
+  }
+  // Page boxes: V's stages expect their bytes from the V loader's first lane (forward_producer;
+  // helper rank r is warp r + 1, the publisher being warp 1).
+  if (Traits::kLoadsSmallPages && params.problem.key_cache.page_box_rows > 0) {
+    v_params.is_leader = threadIdx.x == (kVLoaderRank + 1) * cutlass::NumThreadsPerWarp;
   }
   // FP8: the transposer threads complete a V^T stage (fp8_v_transposer).
   if constexpr (Traits::kFp8) v_params.num_producers = kFp8TransposerThreads;
@@ -82,10 +89,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if constexpr (Traits::kFp8) {
       if (warp >= 2) fp8_v_transposer<Traits>(smem);
     }
-    // Warps 2 and 3 help gather key blocks of small pages (kGatherWarps) and return at once
-    // otherwise: ranks 1 and 2 beside the producer's 0.
+    // Warps 2 and 3 help gather key blocks of small pages (kGatherWarps), warp 2 loads V of page
+    // boxes (kVLoaderRank), and they return at once otherwise: ranks 1 and 2 beside the producer's 0.
     if constexpr (Traits::kLoadsSmallPages) {
-      if (warp >= 2) forward_producer<Traits, /*kGatherHelper=*/true>(params, smem, pipeline_k, pipeline_v, warp - 1);
+      if (warp >= 2) forward_producer<Traits, /*kHelper=*/true>(params, smem, pipeline_k, pipeline_v, warp - 1);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();

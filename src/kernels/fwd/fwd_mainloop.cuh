@@ -104,7 +104,9 @@ CUTE_DEVICE ScheduledTile next_scheduled_tile(const ForwardParams<Traits>& param
 template <class Traits>
 CUTE_DEVICE void forward_tile_publisher(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem) {
   const int total_tiles = params.scheduler.total_tiles();
-  const bool helpers = Traits::kLoadsSmallPages && params.problem.key_cache.gather;  // kGatherWarps
+  // Helpers that read the slots: the gather helpers (kGatherWarps) or the V loader (kVLoaderRank).
+  const bool helpers =
+      Traits::kLoadsSmallPages && (params.problem.key_cache.gather || params.problem.key_cache.page_box_rows > 0);
   const bool leader = cute::elect_one_sync();
   int slot = 0;
   for (int round = 0;; ++round) {
@@ -146,6 +148,11 @@ CUTE_DEVICE void forward_tile_publisher(const ForwardParams<Traits>& params, typ
 // (cp.async.mbarrier.arrive.noinc), and each gathering warp's leader's once its lanes stored their
 // fault flags.
 inline constexpr int kGatherWarps = 3;
+// Page boxes (KeyCache::page_box_rows): the helper of this rank (warp 2) loads V, so that the
+// producer's per-block work is K's alone. At page 16 (d128, 8 boxes a block and tensor) the
+// producer issued about 230 instructions a block for both, against the consumers' 1.85 us of
+// GEMMs a block.
+inline constexpr int kVLoaderRank = 1;
 inline constexpr int kGatherFullArrivals = kGatherWarps * (cutlass::NumThreadsPerWarp + 1);
 
 // Key block n of a paged KV cache whose pages hold neither whole key blocks nor whole boxes of
@@ -218,10 +225,11 @@ CUTE_DEVICE void gather_key_block(const ForwardParams<Traits>& params, const Row
   }
 }
 
-// kGatherHelper: warps 2 and 3 (gather_rank 1 and 2) walk the producer's tiles and blocks with
-// gathered key blocks, copying their share of each block's rows, and return at once otherwise; a
-// template parameter, so that the producer's own code (and its 24 registers) stays as it was.
-template <class Traits, bool kGatherHelper = false>
+// kHelper: warps 2 and 3 (gather_rank 1 and 2) walk the producer's tiles and blocks: with
+// gathered key blocks each copies its share of every block's rows; with page boxes warp 2 loads
+// V (kVLoaderRank) while the producer loads K and Q; otherwise they return at once. A template
+// parameter, so that the producer's own code (and its 24 registers) stays as it was.
+template <class Traits, bool kHelper = false>
 CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem,
                                   typename Traits::Pipeline& pipeline_k, typename Traits::Pipeline& pipeline_v,
                                   int gather_rank = 0) {
@@ -239,9 +247,15 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   auto state_v = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   cutlass::PipelineState<Traits::kFp8 ? Traits::kVRowStages : 1> v_rows_state(0, 1, 0);  // FP8: producer of v_rows
   const bool gather = Traits::kLoadsSmallPages && params.problem.key_cache.gather;
-  if (kGatherHelper && !gather) return;
+  const bool box_pages = Traits::kLoadsSmallPages && params.problem.key_cache.page_box_rows > 0;
+  const bool v_loader = kHelper && box_pages && gather_rank == kVLoaderRank;
+  if (kHelper && !gather && !v_loader) return;
+  // Page boxes: K (and Q) by the producer, V by the V loader; gathered blocks: both by every
+  // gathering warp; otherwise both by the producer.
+  const bool loads_k = !v_loader;
+  const bool loads_v = !box_pages || v_loader;
   const bool leader = threadIdx.x % cutlass::NumThreadsPerWarp == 0;
-  const bool boxes = !kGatherHelper && Traits::kLoadsSmallPages && params.problem.key_cache.page_box_rows > 0;
+  const bool boxes = box_pages;
   const bool wide_boxes = params.problem.key_cache.page_box_rows == kWidePageBoxRows;
   const int boxes_per_block = boxes ? Traits::kBlockN / params.problem.key_cache.page_box_rows : 0;
   const int lane = threadIdx.x % cutlass::NumThreadsPerWarp;
@@ -257,7 +271,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     // producer needs no such arrival (no tile is released before its Q, which the producer loads
     // after reading the slot), but the consumers release tiles without keys while a helper may
     // still copy an earlier tile's V.
-    if constexpr (kGatherHelper) {
+    if constexpr (kHelper) {
       __syncwarp();  // every lane's read before the arrival
       if (cute::elect_one_sync()) smem.slot_read[slot].arrive();
     }
@@ -269,7 +283,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     // it runs a tile or more ahead, and of the tile it keeps only what its loads need.
     const ForwardTile t = make_forward_tile(params, scheduled);
     if (t.n_blocks.empty()) {  // the consumers write it without loads, once q_full completes
-      if constexpr (kGatherHelper) continue;
+      if constexpr (kHelper) continue;
       wait_query_released_before<Traits>(smem, round);
       if (leader) smem.q_full.arrive();
       continue;
@@ -381,7 +395,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
         } else {
           load_in(Int<kPageBoxRows>{}, params.tma_k_box, params.tma_vt_box);
         }
-      } else if (kGatherHelper || gather) {  // (a helper only runs with gathered blocks)
+      } else if (kHelper || gather) {  // (the V loader takes the branches above)
         storage.empty_barrier_[state.index()].wait(state.phase());
         gather_key_block<Traits, decltype(kColumns)::value>(
             params, rows, columns, t, n, gather_rank, [&](int r, int c) { return chunk_at(r, c, state.index()); }, fault);
@@ -406,6 +420,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     auto k_chunk = [&](int r, int c, int stage) { return cute::cast_smem_ptr_to_uint(&sK(r, c, stage)); };
     auto v_chunk = [&](int r, int c, int stage) { return cute::cast_smem_ptr_to_uint(&sVt(c, r, stage)); };
     auto load_k = [&](int n, const KeyBlockCoord& at) {
+      if (!loads_k) return;
       load(pipeline_k, smem.pipeline_k, state_k, params.tma_k, k_copy, _0{}, k_chunk, params.k, typename Traits::HeadDim{},
            params.problem.head_dim, n, at);
     };
@@ -423,6 +438,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
       ++v_rows_state;
     };
     auto load_v = [&](int n, const KeyBlockCoord& at) {
+      if (!loads_v) return;
       if constexpr (Traits::kFp8) {
         load_v_rows(n);
       } else {
@@ -432,7 +448,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     };
     const KeyBlockCoord last = page_boxes_at(t.n_blocks.end - 1);
     load_k(t.n_blocks.end - 1, last);  // while the consumers may still be in the previous tile's epilogue
-    if constexpr (!kGatherHelper) {  // Q is the producer's alone
+    if constexpr (!kHelper) {  // Q is the producer's alone
       wait_query_released_before<Traits>(smem, round);  // sQ holds the previous tile's Q until then
       if (params.pack.divisor() > 1) {
         // The consumers load this tile's Q themselves (load_packed_query).
@@ -458,7 +474,7 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
     }
   }
   // The end marker's q_full phase takes the producer's arrival too, once the last tile is released.
-  if constexpr (!kGatherHelper) {
+  if constexpr (!kHelper) {
     wait_query_released_before<Traits>(smem, round);
     if (leader) smem.q_full.arrive();
   }
