@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     smem.q_full.init(/*arrive_count=*/2);  // the producer's and the publisher's
     smem.q_released.init(Traits::kQueryReleaseArrivals);
     for (auto& b : smem.scheduled_full) b.init(/*arrive_count=*/1);  // the publisher's
-    // The helpers' reads: the two gather helpers', or with page boxes the V loader's.
+    // The helpers' reads: the two gather helpers', or the V loader's (loads_v_beside_producer).
     const int slot_readers = params.problem.key_cache.gather ? kGatherWarps - 1 : 1;
     for (auto& b : smem.slot_read) b.init(slot_readers);
     if constexpr (Traits::kFp8) {
@@ -64,9 +64,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (Traits::kLoadsSmallPages && params.problem.key_cache.gather) {
     k_params.num_producers = v_params.num_producers = kGatherFullArrivals;
   }
-  // Page boxes: V's stages expect their bytes from the V loader's first lane (forward_producer;
+  // With the V loader, V's stages expect their bytes from its first lane (forward_producer;
   // helper rank r is warp r + 1, the publisher being warp 1).
-  if (Traits::kLoadsSmallPages && params.problem.key_cache.page_box_rows > 0) {
+  if (Traits::kLoadsSmallPages && loads_v_beside_producer(params.problem.key_cache)) {
     v_params.is_leader = threadIdx.x == (kVLoaderRank + 1) * cutlass::NumThreadsPerWarp;
   }
   // FP8: the transposer threads complete a V^T stage (fp8_v_transposer).
@@ -89,8 +89,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if constexpr (Traits::kFp8) {
       if (warp >= 2) fp8_v_transposer<Traits>(smem);
     }
-    // Warps 2 and 3 help gather key blocks of small pages (kGatherWarps), warp 2 loads V of page
-    // boxes (kVLoaderRank), and they return at once otherwise: ranks 1 and 2 beside the producer's 0.
+    // Warps 2 and 3 help gather key blocks of small pages (kGatherWarps), warp 2 loads V of 16-key
+    // page boxes (kVLoaderRank), and they return at once otherwise: ranks 1 and 2 beside the producer's 0.
     if constexpr (Traits::kLoadsSmallPages) {
       if (warp >= 2) forward_producer<Traits, /*kHelper=*/true>(params, smem, pipeline_k, pipeline_v, warp - 1);
     }

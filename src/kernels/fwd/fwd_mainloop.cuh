@@ -105,8 +105,8 @@ template <class Traits>
 CUTE_DEVICE void forward_tile_publisher(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem) {
   const int total_tiles = params.scheduler.total_tiles();
   // Helpers that read the slots: the gather helpers (kGatherWarps) or the V loader (kVLoaderRank).
-  const bool helpers =
-      Traits::kLoadsSmallPages && (params.problem.key_cache.gather || params.problem.key_cache.page_box_rows > 0);
+  const bool helpers = Traits::kLoadsSmallPages &&
+                       (params.problem.key_cache.gather || loads_v_beside_producer(params.problem.key_cache));
   const bool leader = cute::elect_one_sync();
   int slot = 0;
   for (int round = 0;; ++round) {
@@ -148,8 +148,8 @@ CUTE_DEVICE void forward_tile_publisher(const ForwardParams<Traits>& params, typ
 // (cp.async.mbarrier.arrive.noinc), and each gathering warp's leader's once its lanes stored their
 // fault flags.
 inline constexpr int kGatherWarps = 3;
-// Page boxes (KeyCache::page_box_rows): the helper of this rank (warp 2) loads V, so that the
-// producer's per-block work is K's alone. At page 16 (d128, 8 boxes a block and tensor) the
+// 16-key page boxes (loads_v_beside_producer): the helper of this rank (warp 2) loads V, so that
+// the producer's per-block work is K's alone. At page 16 (d128, 8 boxes a block and tensor) the
 // producer issued about 230 instructions a block for both, against the consumers' 1.85 us of
 // GEMMs a block.
 inline constexpr int kVLoaderRank = 1;
@@ -226,8 +226,8 @@ CUTE_DEVICE void gather_key_block(const ForwardParams<Traits>& params, const Row
 }
 
 // kHelper: warps 2 and 3 (gather_rank 1 and 2) walk the producer's tiles and blocks: with
-// gathered key blocks each copies its share of every block's rows; with page boxes warp 2 loads
-// V (kVLoaderRank) while the producer loads K and Q; otherwise they return at once. A template
+// gathered key blocks each copies its share of every block's rows; with 16-key page boxes warp 2
+// loads V (kVLoaderRank) while the producer loads K and Q; otherwise they return at once. A template
 // parameter, so that the producer's own code (and its 24 registers) stays as it was.
 template <class Traits, bool kHelper = false>
 CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename Traits::SharedStorage& smem,
@@ -247,15 +247,15 @@ CUTE_DEVICE void forward_producer(const ForwardParams<Traits>& params, typename 
   auto state_v = cutlass::make_producer_start_state<typename Traits::Pipeline>();
   cutlass::PipelineState<Traits::kFp8 ? Traits::kVRowStages : 1> v_rows_state(0, 1, 0);  // FP8: producer of v_rows
   const bool gather = Traits::kLoadsSmallPages && params.problem.key_cache.gather;
-  const bool box_pages = Traits::kLoadsSmallPages && params.problem.key_cache.page_box_rows > 0;
-  const bool v_loader = kHelper && box_pages && gather_rank == kVLoaderRank;
+  const bool v_beside = Traits::kLoadsSmallPages && loads_v_beside_producer(params.problem.key_cache);
+  const bool v_loader = kHelper && v_beside && gather_rank == kVLoaderRank;
   if (kHelper && !gather && !v_loader) return;
-  // Page boxes: K (and Q) by the producer, V by the V loader; gathered blocks: both by every
-  // gathering warp; otherwise both by the producer.
+  // 16-key page boxes: K (and Q) by the producer, V by the V loader; gathered blocks: both by
+  // every gathering warp; otherwise both by the producer.
   const bool loads_k = !v_loader;
-  const bool loads_v = !box_pages || v_loader;
+  const bool loads_v = !v_beside || v_loader;
   const bool leader = threadIdx.x % cutlass::NumThreadsPerWarp == 0;
-  const bool boxes = box_pages;
+  const bool boxes = Traits::kLoadsSmallPages && params.problem.key_cache.page_box_rows > 0;
   const bool wide_boxes = params.problem.key_cache.page_box_rows == kWidePageBoxRows;
   const int boxes_per_block = boxes ? Traits::kBlockN / params.problem.key_cache.page_box_rows : 0;
   const int lane = threadIdx.x % cutlass::NumThreadsPerWarp;

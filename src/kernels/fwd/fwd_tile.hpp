@@ -72,6 +72,15 @@ HOPATTN_HOST_DEVICE KeyBlockCoord key_block_coord(const KeyCache& cache, const F
 inline constexpr int kPageBoxRows = 16;
 inline constexpr int kWidePageBoxRows = 64;
 
+// Whether a helper warp loads V while the producer loads K and Q (forward_producer's V loader):
+// with 16-key boxes, eight copies a block for each tensor at 128 keys, the producer alone limited
+// paged chunked prefill (page 16: 0.896 -> 0.921 of contiguous with the V loader, H100); with
+// 64-key boxes, two a block, the loader's handshake on the tile slots cost more than the split
+// returned (page 64: 0.958 -> 0.943).
+HOPATTN_HOST_DEVICE bool loads_v_beside_producer(const KeyCache& cache) {
+  return cache.page_box_rows == kPageBoxRows;
+}
+
 // How the forward's producer loads a paged cache's key blocks of block_n keys (KeyCache::gather
 // and page_box_rows; neither: one TMA copy a block), `left_padded` where the keys may start inside
 // a page (cache_leftpad).
