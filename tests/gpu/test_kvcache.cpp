@@ -538,6 +538,22 @@ std::vector<NamedKVCase> kvcache_cases() {
     s.pack_gqa = PackGqa::kOff;
     all.push_back({"chunked_prefill_page" + std::to_string(page) + "_unpacked", s});
   }
+  // Decode over 64-key pages: the narrow tile's 64-key-block form (ForwardPackedNarrowPageTileConfig)
+  // at d128 and d64, whose narrow tiles take 128-key blocks, unsplit and split, with an append.
+  for (const auto& [head_dim, splits] : {std::pair{128, 0}, std::pair{64, 3}}) {
+    KVCacheSpec s;
+    s.head_dim = head_dim;
+    s.heads = 32;
+    s.heads_kv = 8;
+    s.page_size = 64;
+    s.capacity = 4096;
+    s.seqlen_new = 1;
+    s.causal = true;
+    s.num_splits = splits;
+    s.cache_seqlens = {0, 4095, 2100};
+    s.seed = 4500 + head_dim;
+    all.push_back({"decode_page64_narrow_d" + std::to_string(head_dim) + "_splits" + std::to_string(splits), s});
+  }
   // The softcap variant's key-group-major kernels, packed and not.
   for (const bool packed : {true, false}) {
     KVCacheSpec s = chunked_prefill(16, 2048, 2048, 128, 4400 + packed);

@@ -340,7 +340,8 @@ inline bool loads_small_pages(const Problem& problem, int block_n) {
 // the unmasked tile where it pays (not for paged caches), else the any-mask tile (the softcap
 // variant's own where it differs); the key-group-major form of the packed or any-mask tile for
 // paged caches loaded in boxes (loads_key_group_major); with plain scores, the narrow packed tile's
-// form without small-page loads where none are needed (WholeKeyBlocksTileConfig).
+// form without small-page loads where none are needed (WholeKeyBlocksTileConfig), with 64-key
+// blocks where that makes a cache's pages whole blocks (ForwardPackedNarrowPageTileConfig).
 template <DType kDType, int kHeadDim, int kHeadDimV, ScoreVariant kScores, class F>
 auto with_forward_traits(const Problem& problem, const DeviceLimits& device, F&& f) {
   using Element = typename CutlassElement<kDType>::type;
@@ -376,6 +377,16 @@ auto with_forward_traits(const Problem& problem, const DeviceLimits& device, F&&
           if (!loads_small_pages(problem, NarrowPackedTraits::kBlockN)) {
             return f(ForwardKernelTraits<Element, kHeadDim, kHeadDimV,
                                          WholeKeyBlocksTileConfig<ForwardPackedNarrowTileConfig<kHeadDim>>>{});
+          }
+          // Pages of 64 keys: 64-key blocks, whole pages (ForwardPackedNarrowPageTileConfig).
+          using NarrowPage = WholeKeyBlocksTileConfig<ForwardPackedNarrowPageTileConfig<kHeadDim>>;
+          using NarrowPageTraits = ForwardKernelTraits<Element, kHeadDim, kHeadDimV, NarrowPage>;
+          constexpr int kNarrowKeys = NarrowPackedTraits::kBlockN;
+          if constexpr (kNarrowKeys > kNarrowPageKeys && kNarrowKeys % kNarrowPageKeys == 0) {
+            if (!loads_small_pages(problem, NarrowPageTraits::kBlockN) &&
+                forward_split_plan<NarrowPageTraits>(problem, device, /*workspace=*/false).packed()) {
+              return f(NarrowPageTraits{});
+            }
           }
         }
         return f(NarrowPackedTraits{});

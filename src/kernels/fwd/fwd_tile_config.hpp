@@ -104,6 +104,19 @@ struct ForwardPackedNarrowTileConfig {
                                            false};
 };
 
+// The narrow tile for paged caches of 64-key pages where its own blocks are larger (128 keys up
+// to d128): 64-key blocks, so that each is one page and one TMA copy, and twice the stages (the
+// same bytes in flight), for the whole-key-blocks form (WholeKeyBlocksTileConfig). With 128-key
+// blocks such a cache takes the page-box paths, whose larger kernel ran 32/8 decode (32k keys,
+// batch 1, H100) at 0.90-0.91 of the contiguous step.
+inline constexpr int kNarrowPageKeys = 64;
+template <int kHeadDim>
+struct ForwardPackedNarrowPageTileConfig : ForwardPackedNarrowTileConfig<kHeadDim> {
+  static constexpr ForwardTileShape kNarrow = ForwardPackedNarrowTileConfig<kHeadDim>::kShape;
+  static constexpr ForwardTileShape kShape{64, kNarrowPageKeys, kNarrow.stages * kNarrow.block_n / kNarrowPageKeys,
+                                           kNarrow.keys_ahead, kNarrow.rescale_under_qk, false};
+};
+
 // The softcap variant's any-mask tile (ScoreVariant::kSoftcap): by default the same. At d64 the
 // 192-row tile's three warpgroups (160 registers each) spilled 28 values in the main loop around
 // the tanh; two warpgroups with 240 registers do not.
