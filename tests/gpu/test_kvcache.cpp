@@ -538,8 +538,9 @@ std::vector<NamedKVCase> kvcache_cases() {
     s.pack_gqa = PackGqa::kOff;
     all.push_back({"chunked_prefill_page" + std::to_string(page) + "_unpacked", s});
   }
-  // Decode over 64-key pages: the narrow tile's 64-key-block form (ForwardPackedNarrowPageTileConfig)
-  // at d128 and d64, whose narrow tiles take 128-key blocks, unsplit and split, with an append.
+  // Decode over 64-key pages, with an append: the narrow tile's 64-key-block form
+  // (ForwardPackedNarrowPageTileConfig) at d128 unsplit, and a split d64 case (on that form of the
+  // d128 kernel where no d64 kernel is built, else on d64's narrow tile with page boxes).
   for (const auto& [head_dim, splits] : {std::pair{128, 0}, std::pair{64, 3}}) {
     KVCacheSpec s;
     s.head_dim = head_dim;

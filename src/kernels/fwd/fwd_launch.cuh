@@ -381,8 +381,7 @@ auto with_forward_traits(const Problem& problem, const DeviceLimits& device, F&&
           // Pages of 64 keys: 64-key blocks, whole pages (ForwardPackedNarrowPageTileConfig).
           using NarrowPage = WholeKeyBlocksTileConfig<ForwardPackedNarrowPageTileConfig<kHeadDim>>;
           using NarrowPageTraits = ForwardKernelTraits<Element, kHeadDim, kHeadDimV, NarrowPage>;
-          constexpr int kNarrowKeys = NarrowPackedTraits::kBlockN;
-          if constexpr (kNarrowKeys > kNarrowPageKeys && kNarrowKeys % kNarrowPageKeys == 0) {
+          if constexpr (kHasNarrowPageTile<kHeadDim>) {
             if (!loads_small_pages(problem, NarrowPageTraits::kBlockN) &&
                 forward_split_plan<NarrowPageTraits>(problem, device, /*workspace=*/false).packed()) {
               return f(NarrowPageTraits{});

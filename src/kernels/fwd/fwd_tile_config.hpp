@@ -116,6 +116,13 @@ struct ForwardPackedNarrowPageTileConfig : ForwardPackedNarrowTileConfig<kHeadDi
   static constexpr ForwardTileShape kShape{64, kNarrowPageKeys, kNarrow.stages * kNarrow.block_n / kNarrowPageKeys,
                                            kNarrow.keys_ahead, kNarrow.rescale_under_qk, false};
 };
+// Where decode takes it: head dims whose narrow tile's blocks are whole multiples of 64 keys above
+// 64 (d64, d96 and d128 are 128), and of those d128 only, the one whose kernel has run on a GPU
+// (H100, bf16); the d64/d96 forms build without spills.
+template <int kHeadDim>
+inline constexpr bool kHasNarrowPageTile =
+    kHeadDim == 128 && ForwardPackedNarrowTileConfig<kHeadDim>::kShape.block_n > kNarrowPageKeys &&
+    ForwardPackedNarrowTileConfig<kHeadDim>::kShape.block_n % kNarrowPageKeys == 0;
 
 // The softcap variant's any-mask tile (ScoreVariant::kSoftcap): by default the same. At d64 the
 // 192-row tile's three warpgroups (160 registers each) spilled 28 values in the main loop around
