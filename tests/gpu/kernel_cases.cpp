@@ -61,6 +61,28 @@ std::vector<NamedCase> special_cases() {
       cases.add("long_4224_d" + std::to_string(d) + (causal ? "_causal" : ""), s);
     }
   }
+  // More backward tiles than an H100/H200 has SMs, so that persistent CTAs (unmasked, fixed-length
+  // problems of at most 1k queries at d96/d128) take several each: K and V reloaded under the
+  // previous tile's epilogue, the Q/dO ring running on, a partial last key block; and GQA with
+  // fewer queries than keys. The forward runs them too: many tiles a CTA through its publisher's
+  // slots.
+  for (int d : {64, 96, 128}) {
+    CaseSpec many;
+    many.head_dim = d;
+    many.batch = 4;
+    many.heads = many.heads_kv = 8;
+    many.seqlen_q = many.seqlen_k = 1000;
+    cases.add("many_tiles_d" + std::to_string(d), many);
+  }
+  CaseSpec many_gqa;
+  many_gqa.head_dim = 128;
+  many_gqa.batch = 8;
+  many_gqa.heads = 16;
+  many_gqa.heads_kv = 4;
+  many_gqa.seqlen_q = 700;
+  many_gqa.seqlen_k = 1100;
+  cases.add("many_tiles_gqa", many_gqa);
+
   CaseSpec s;
   s.batch = 3;
   s.heads = 4;

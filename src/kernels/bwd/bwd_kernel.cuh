@@ -1,5 +1,6 @@
-// The backward main kernel: barrier setup and warp roles. One CTA per (key block, KV head, batch);
-// warpgroup 0 is the producer group (warp 0 issues TMA, warp 1 writes dQ; in deterministic mode
+// The backward main kernel: barrier setup and warp roles. One CTA per tile (key block, head slice,
+// KV head, batch), or persistent CTAs walking the tiles (Traits::kPersistent); warpgroup 0 is the
+// producer group (warp 0 issues TMA, warp 1 writes dQ; in deterministic mode
 // warps 1 .. kDeterministicDqWriters write dQ and warp 3 watches for their turns; all give
 // registers back), warpgroups 1 and 2 run the GEMMs (see bwd_mainloop.cuh for how they share the
 // tile).
@@ -24,8 +25,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID
   auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(shared_memory);
   using Pipeline = typename Traits::Pipeline;
 
-  const BackwardTile t = make_backward_tile(params);
-  if (t.n_block * Traits::kBlockN >= t.seqlen_k) return;  // past this sequence's keys (varlen)
+  constexpr bool kPersistent = Traits::template kPersistent<kDeterministic>;
+  // A role's work per tile, f(tile): every tile of this CTA (for_each_backward_tile), or its one
+  // tile, found here before any role starts (the deterministic kernel's loop spilled with the tile
+  // found inside each role: 24/32 -> 348/516 bytes at d128).
+  const BackwardTile own_tile = make_backward_tile(params, blockIdx.x);
+  if (!kPersistent && own_tile.n_block * Traits::kBlockN >= own_tile.seqlen_k) return;  // past its keys (varlen)
+  auto for_each_tile = [&](auto&& f) {
+    if constexpr (kPersistent) {
+      for_each_backward_tile<Traits, kPersistent>(params, f);
+    } else {
+      f(own_tile);
+    }
+  };
 
   const int warp = cutlass::canonical_warp_idx_sync();
   const int warpgroup = cutlass::canonical_warp_group_idx();
@@ -34,7 +46,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID
     cute::prefetch_tma_descriptor(params.tma_dout.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
-    if constexpr (!Traits::kSeparateQdOPipelines) smem.kv_full.init(/*arrive_count=*/1);
+    if constexpr (!Traits::kSeparateQdOPipelines) {
+      smem.kv_full.init(/*arrive_count=*/1);
+      smem.kv_empty.init(/*arrive_count=*/Traits::kMmaThreads);
+    }
   }
   // Q (with LSE) and dO (with D), in one pipeline or two (kSeparateQdOPipelines); with one,
   // pipeline_do's barriers are not even initialised and nothing uses it.
@@ -49,22 +64,42 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
-    if (warp == 0) backward_producer<Traits>(params, smem, pipeline_q, pipeline_do, t);
+    if (warp == 0) {
+      BackwardRoleState<Traits> role{cutlass::make_producer_start_state<Pipeline>()};
+      for_each_tile([&](const BackwardTile& t) {
+        backward_producer<Traits, kPersistent>(params, smem, pipeline_q, pipeline_do, t, role);
+      });
+    }
     // dQ writers: warp 1, or in deterministic mode warps 1 .. kDeterministicDqWriters.
     constexpr int kWriters = kDeterministic ? Traits::kDeterministicDqWriters : 1;
     static_assert(Traits::kMmaWarpgroups <= BackwardWorkspace::kDqShares, "a semaphore for each writer's shares");
     if (warp >= 1 && warp <= kWriters) {
+      wait_for_previous_kernel();  // the preprocess clears the dQ accumulator and the semaphores
+      // Only now may the postprocess start: without determinism it reads the counters the writer
+      // raises instead of waiting for this kernel to complete, so the preprocess must have
+      // cleared them.
+      allow_next_kernel_to_start();
       constexpr int kShares = Traits::kMmaWarpgroups / kWriters;
-      backward_dq_writer<Traits, kDeterministic>(params, smem, t, /*writer=*/warp - 1, kShares);
+      int32_t* finished = nullptr;
+      for_each_tile([&](const BackwardTile& t) {
+        backward_dq_writer<Traits, kDeterministic>(params, smem, t, /*writer=*/warp - 1, kShares, finished);
+      });
+      backward_dq_writer_finish<kDeterministic>(finished);
     }
     if constexpr (kDeterministic) {
       constexpr int kWatcherWarp = cutlass::NumWarpsPerWarpGroup - 1;
       static_assert(kWriters < kWatcherWarp, "the turn watcher needs a warp of its own");
-      if (warp == kWatcherWarp) backward_turn_watcher<Traits>(params, t, kWriters);
+      if (warp == kWatcherWarp) {
+        wait_for_previous_kernel();  // the preprocess clears the semaphores
+        for_each_tile([&](const BackwardTile& t) { backward_turn_watcher<Traits>(params, t, kWriters); });
+      }
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kMmaRegisters>();
-    backward_mma<Traits, kDeterministic, kScores>(params, smem, pipeline_q, pipeline_do, t);
+    BackwardRoleState<Traits> role;
+    for_each_tile([&](const BackwardTile& t) {
+      backward_mma<Traits, kDeterministic, kScores, kPersistent>(params, smem, pipeline_q, pipeline_do, t, role);
+    });
   }
 #endif
 }

@@ -6,6 +6,7 @@
 
 #include <cute/tensor.hpp>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "kernels/bwd/backward_kernels.hpp"
@@ -135,7 +136,20 @@ cudaError_t launch_backward_gradients(const Problem& problem, const BackwardTens
       e != cudaSuccess) {
     return e;
   }
-  const long long ctas = static_cast<long long>(key_blocks) * head_slices * problem.heads_kv * problem.batch;
+  const long long tiles = static_cast<long long>(key_blocks) * head_slices * problem.heads_kv * problem.batch;
+  // A CTA per tile, or persistent CTAs (at most one per SM: the shared memory allows no second)
+  // where the tiles are short and all alike. Short: a CTA's start and end cost about four blocks'
+  // time, which persistent CTAs hide under the previous tile; on the H100, non-causal, of cuDNN:
+  // d64 512 / 1k / 2k +17 / +12 / +6%, d128 512 / 1k +3%, d128 2k level and 8k -1%. Alike: they
+  // take their tiles in a fixed round-robin, which leaves the SMs that drew a masked problem's
+  // longest key blocks, or a varlen batch's longest sequences, working alone at the end (a
+  // persistent backward lost 18% at d128 causal 2k-16k that way, docs/perf-log.md, seventh
+  // session); the hardware's hand-out of CTAs balances those.
+  constexpr int kPersistentMaxQueryBlocks = 16;
+  const bool persistent = (deterministic ? Traits::template kPersistent<true> : Traits::template kPersistent<false>) &&
+                          problem.mask.unbounded() && !problem.varlen() &&
+                          problem.max_seqlen_q <= kPersistentMaxQueryBlocks * Traits::kBlockM;
+  const long long ctas = persistent ? std::min<long long>(tiles, std::max(device.multiprocessors, 1)) : tiles;
   // Each kernel after the preprocess sets up under the previous one's last wave (grid_dependency.cuh).
   const dim3 main_grid(static_cast<unsigned>(ctas));
   if (has_queries) {

@@ -64,10 +64,20 @@ CUTE_DEVICE float opaque_zero() {
 // The query heads of a KV head's group; a CTA visits those of its slice in order.
 CUTE_DEVICE int group_size(const Problem& p) { return p.heads / p.heads_kv; }
 
+// What a role carries from one of its CTA's tiles to the next (persistent CTAs): the Q/dO ring's
+// position, and how many tiles' K and V went through their barriers (the phase of kv_full and
+// kv_empty; tiles without a visible query block load none).
 template <class Traits>
+struct BackwardRoleState {
+  typename Traits::PipelineState ring;
+  int kv_tiles = 0;
+};
+
+// kPersistent: this CTA takes further tiles (backward_kernel).
+template <class Traits, bool kPersistent>
 CUTE_DEVICE void backward_producer(const BackwardParams<Traits>& params, typename Traits::SharedStorage& smem,
                                    typename Traits::Pipeline& pipeline_q, typename Traits::Pipeline& pipeline_do,
-                                   const BackwardTile& t) {
+                                   const BackwardTile& t, BackwardRoleState<Traits>& role) {
   using namespace cute;
   using Smem = BackwardSmemTensors<Traits>;
   using BlockM = typename Traits::BlockM;
@@ -92,12 +102,15 @@ CUTE_DEVICE void backward_producer(const BackwardParams<Traits>& params, typenam
   auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
   constexpr bool kSeparate = Traits::kSeparateQdOPipelines;
   if constexpr (!kSeparate) {  // K and V on a barrier of their own, then every block's stage after the preprocess
+    // The previous tile's K and V are free once the MMA warpgroups' last GEMMs of it completed.
+    if (kPersistent && role.kv_tiles > 0) smem.kv_empty.wait((role.kv_tiles - 1) & 1);
     if (leader) {
       smem.kv_full.arrive_and_expect_tx(Traits::kKVBytes);
       copy(params.tma_k.with(reinterpret_cast<uint64_t&>(smem.kv_full)), tKgK, tKsK);
       copy(params.tma_v.with(reinterpret_cast<uint64_t&>(smem.kv_full)), tVgV, tVsV);
     }
-    wait_for_previous_kernel();  // the preprocess writes the row statistics
+    if (role.kv_tiles == 0) wait_for_previous_kernel();  // the preprocess writes the row statistics
+    ++role.kv_tiles;
   }
 
   cute::Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);
@@ -105,7 +118,7 @@ CUTE_DEVICE void backward_producer(const BackwardParams<Traits>& params, typenam
   cute::Tensor sQ = Smem::q(smem);
   cute::Tensor sdO = Smem::dout(smem);
   const BackwardWorkspace& ws = params.workspace;
-  auto state = cutlass::make_producer_start_state<typename Traits::Pipeline>();  // of each pipeline
+  auto& state = role.ring;  // of each pipeline
   const int group = group_size(params.problem);
   bool first = true;
   for (int g = t.first_head; g < t.end_head; ++g) {
@@ -189,6 +202,20 @@ CUTE_DEVICE void reduce_add2(float* global, float a, float b) {
 
 }  // namespace backward_detail
 
+// Without determinism: once the tile's bulk reduce-adds have completed, its key block's dQ is in
+// and the postprocess may convert its query blocks (the counter `finished`, if any, is the tile's).
+template <bool kDeterministic>
+CUTE_DEVICE void backward_dq_writer_finish(int32_t*& finished) {
+  if constexpr (!kDeterministic) {
+    if (finished != nullptr && threadIdx.x % cutlass::NumThreadsPerWarp == 0) {
+      backward_detail::bulk_wait_complete();
+      __threadfence();
+      atomicAdd(finished, 1);
+    }
+    finished = nullptr;
+  }
+}
+
 // Deterministic mode: the turn watcher warp hands writer warp `writer` its turn at the next query
 // block. Both warps wait here, each from its own place in the code, so the barrier is the unaligned
 // form (CUTLASS's sync is bar.sync, .aligned: every thread that meets it must run the same
@@ -211,9 +238,13 @@ CUTE_DEVICE void turn_handoff(int writer) {
 // Writer `writer` writes the dQ shares of MMA warpgroups [writer * shares, (writer + 1) * shares);
 // in deterministic mode they keep their order on the semaphore of the first (Traits::
 // kDeterministicDqWriters says how many writer warps share a block).
+//
+// Without determinism a tile's end (its sums complete in global memory, then the counter the
+// postprocess reads) waits in `finished` until the writer has announced the next tile's staging
+// buffers empty, so that the MMA warpgroups' first handoff of that tile does not wait for it.
 template <class Traits, bool kDeterministic>
 CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typename Traits::SharedStorage& smem,
-                                    const BackwardTile& t, int writer, int shares) {
+                                    const BackwardTile& t, int writer, int shares, int32_t*& finished) {
   using namespace backward_detail;
   constexpr int kShareBytes = Traits::kDqFloatsPerWarpgroup * sizeof(float);
   const BackwardWorkspace& ws = params.workspace;
@@ -221,17 +252,14 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
   const int group = group_size(p);
   const int blocks = (t.end_head - t.first_head) * t.m_blocks.size();
   const bool lane0 = threadIdx.x % cutlass::NumThreadsPerWarp == 0;
-  wait_for_previous_kernel();  // the preprocess clears the dQ accumulator and the semaphores
-  // Only now may the postprocess start: without determinism it reads the counter below instead of
-  // waiting for this kernel to complete, so the preprocess must have cleared it.
-  allow_next_kernel_to_start();
-  // Every staging buffer starts empty (announced only if used, so that no arrival is left pending
-  // at exit).
+  // Every staging buffer starts the tile empty (announced only if used, so that no arrival is left
+  // pending at exit).
   auto announce_empty = [&](int warpgroup) {
     cutlass::arch::NamedBarrier::arrive(Traits::kDqHandoffThreads, barrier_id(BwdBarrier::kDqEmpty0, warpgroup));
   };
   const int first_share = writer * shares, end_share = first_share + shares;
   for (int wg = first_share; wg < end_share && blocks > 0; ++wg) announce_empty(wg);
+  backward_dq_writer_finish<kDeterministic>(finished);
   int done = 0;
   for (int g = t.first_head; g < t.end_head; ++g) {
     const int head = t.head_kv * group + g;
@@ -281,12 +309,10 @@ CUTE_DEVICE void backward_dq_writer(const BackwardParams<Traits>& params, typena
       ++done;
     }
   }
-  if (lane0) {
-    bulk_wait_complete();
-    if constexpr (!kDeterministic) {  // this key block's dQ is in: the postprocess may convert its query blocks
-      __threadfence();
-      atomicAdd(ws.finished_key_blocks(t.head_kv, group, t.padded_row), 1);
-    }
+  if constexpr (kDeterministic) {
+    if (lane0) bulk_wait_complete();
+  } else {
+    finished = ws.finished_key_blocks(t.head_kv, group, t.padded_row);
   }
 }
 
@@ -303,7 +329,6 @@ CUTE_DEVICE void backward_turn_watcher(const BackwardParams<Traits>& params, con
   const int group = group_size(p);
   const int lane = threadIdx.x % cutlass::NumThreadsPerWarp;
   const int shares = Traits::kMmaWarpgroups / writers;
-  wait_for_previous_kernel();  // the preprocess clears the semaphores
   for (int g = t.first_head; g < t.end_head; ++g) {
     const long long first_row = ws.row_index(t.head_kv * group + g, t.padded_row);
     for (int m = t.m_blocks.begin; m < t.m_blocks.end; ++m) {
@@ -361,10 +386,10 @@ CUTE_DEVICE void add_key_block_slice(const BackwardParams<Traits>& params, const
 }
 
 // kScores: what happens to a score before the softmax (score_variant.hpp).
-template <class Traits, bool kDeterministic, ScoreVariant kScores>
+template <class Traits, bool kDeterministic, ScoreVariant kScores, bool kPersistent>
 CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Traits::SharedStorage& smem,
                               typename Traits::Pipeline& pipeline_q, typename Traits::Pipeline& pipeline_do,
-                              const BackwardTile& t) {
+                              const BackwardTile& t, BackwardRoleState<Traits>& role) {
   // The stage goes back after the dQ handoff where dK runs under it (kDqBeforeDk), in both modes:
   // the deterministic kernel once released it before the handoff (waiting for dK first), when
   // its handoffs waited on long key-block chains; the L2-section order and the writer's shorter
@@ -478,10 +503,10 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
         cutlass::arch::NamedBarrier::sync(Traits::kMmaThreads, barrier_id(BwdBarrier::kScoresPublished));
       }
     };
-    typename Traits::PipelineState state;  // of each pipeline
+    auto& state = role.ring;  // of each pipeline
     constexpr bool kSeparate = Traits::kSeparateQdOPipelines;
     static_assert(kSeparate == kReleaseBeforeHandoff, "separate pipelines release their stages before the dQ handoff");
-    if constexpr (!kSeparate) smem.kv_full.wait(0);
+    if constexpr (!kSeparate) smem.kv_full.wait(kPersistent ? role.kv_tiles & 1 : 0);
     for (int g = t.first_head; g < t.end_head; ++g) {
       for (int m = t.m_blocks.begin; m < t.m_blocks.end; ++m) {
         const int stage = state.index();
@@ -583,6 +608,11 @@ CUTE_DEVICE void backward_mma(const BackwardParams<Traits>& params, typename Tra
         }
         ++state;
       }
+    }
+    // Every GEMM of the tile has completed (the last block's waits): K and V may be replaced.
+    if constexpr (kPersistent) {
+      smem.kv_empty.arrive();
+      ++role.kv_tiles;
     }
   }
 

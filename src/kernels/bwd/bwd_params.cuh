@@ -89,14 +89,15 @@ HOPATTN_HOST_DEVICE int backward_key_blocks(const Problem& p, int block_n) {
   return (p.max_seqlen_k + block_n - 1) / block_n;
 }
 
+// Tile `index` of the grid's order.
 template <class Traits>
-CUTE_DEVICE BackwardTile make_backward_tile(const BackwardParams<Traits>& params) {
+CUTE_DEVICE BackwardTile make_backward_tile(const BackwardParams<Traits>& params, long long index) {
   const Problem& p = params.problem;
   const int key_blocks = backward_key_blocks(p, Traits::kBlockN);
   BackwardTile t;
   const int units = params.head_slices * p.heads_kv * p.batch;
   const BackwardGridCoord c =
-      backward_grid_coord(blockIdx.x, key_blocks, units, params.deterministic, params.section_units);
+      backward_grid_coord(index, key_blocks, units, params.deterministic, params.section_units);
   t.n_block = c.n_block;
   t.slice = c.unit % params.head_slices;
   const int pair = c.unit / params.head_slices;
@@ -118,6 +119,25 @@ CUTE_DEVICE BackwardTile make_backward_tile(const BackwardParams<Traits>& params
   t.unmasked = m_block_range_unmasked(p.mask, t.n_block, Traits::kBlockM, Traits::kBlockN, q.length, k.length);
   t.partial_keys = (t.n_block + 1) * Traits::kBlockN > k.length;
   return t;
+}
+
+// Calls f(tile) for this CTA's tiles in ascending order: its own (blockIdx.x), or with persistent
+// CTAs (Traits::kPersistent) every gridDim.x-th from there, which is again its own tile alone
+// where the launcher gives such a kernel a CTA per tile. Tiles past their sequence's keys (varlen)
+// are skipped.
+template <class Traits, bool kPersistent, class F>
+CUTE_DEVICE void for_each_backward_tile(const BackwardParams<Traits>& params, F&& f) {
+  const Problem& p = params.problem;
+  const long long tiles =
+      kPersistent
+          ? static_cast<long long>(backward_key_blocks(p, Traits::kBlockN)) * params.head_slices * p.heads_kv * p.batch
+          : blockIdx.x + 1ll;
+  const long long step = kPersistent ? gridDim.x : 1;
+  for (long long index = blockIdx.x; index < tiles; index += step) {
+    const BackwardTile t = make_backward_tile(params, index);
+    if (t.n_block * Traits::kBlockN >= t.seqlen_k) continue;
+    f(t);
+  }
 }
 
 }  // namespace hopattn
