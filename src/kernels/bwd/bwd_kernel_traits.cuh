@@ -73,7 +73,7 @@ struct BackwardKernelTraits {
   // As here (twenty-seventh session, H100): d256 +2.3% default, +3.0% deterministic, the rest level.
   static constexpr bool kSeparateQdOPipelines = kSplitQueries;
   // Persistent CTAs, one per SM walking the tiles in the grid's order, where K and V have a barrier
-  // of their own (one pipeline) and without determinism (the launcher takes them for unmasked
+  // of their own (one pipeline) and without determinism (the launcher takes them for short unmasked
   // fixed-length problems only, launch_backward_gradients): the next tile's K and V load once the MMA
   // warpgroups' last GEMMs of a tile have read them (kv_empty), under its dK/dV epilogue and last
   // dQ handoff, and the Q/dO ring runs on across tiles. One CTA per tile paid for that start and
