@@ -4,6 +4,8 @@
 // before it rewrites the slot) drew racecheck hazards with many tiles a CTA. This kernel is that
 // protocol alone, with CUTLASS's barriers: if racecheck reports hazards here too, it does not
 // follow this ordering and the forward's report says nothing about the forward.
+// Run on an H100 (CUDA 13.0's compute-sanitizer): "sum ok", and a hazard reported between the
+// publisher's store and each of the 64 reads, so racecheck does not follow it.
 //
 //   nvcc -std=c++17 -arch=sm_90a -I CUTLASS_INCLUDE tools/racecheck_mbarrier_probe.cu -o probe
 //   compute-sanitizer --tool racecheck ./probe     (prints "sum ok" when the values arrived)

@@ -63,10 +63,11 @@ void check_blocks(const Problem& p, int block_m) {
   EXPECT_LE(reinterpret_cast<uintptr_t>(w.dpsum + rows), reinterpret_cast<uintptr_t>(w.dq_accum));
   EXPECT_LE(reinterpret_cast<uintptr_t>(w.semaphores + rows / BackwardWorkspace::kSemaphoreRows),
             reinterpret_cast<uintptr_t>(w.sink_partials));
-  EXPECT_LE(reinterpret_cast<uintptr_t>(w.sink_partials + rows / BackwardWorkspace::kRowBlock), end);
+  EXPECT_LE(reinterpret_cast<uintptr_t>(w.sink_partials + rows / BackwardWorkspace::kRowBlock),
+            reinterpret_cast<uintptr_t>(w.tile_counter));
+  EXPECT_LE(reinterpret_cast<uintptr_t>(w.tile_counter + 1), end);
   if (w.dk_accum != nullptr) {
-    EXPECT_LE(reinterpret_cast<uintptr_t>(w.sink_partials + rows / BackwardWorkspace::kRowBlock),
-              reinterpret_cast<uintptr_t>(w.dk_accum));
+    EXPECT_LE(reinterpret_cast<uintptr_t>(w.tile_counter + 1), reinterpret_cast<uintptr_t>(w.dk_accum));
   }
 
   std::set<long long> rows_taken;

@@ -61,18 +61,22 @@ std::vector<NamedCase> special_cases() {
       cases.add("long_4224_d" + std::to_string(d) + (causal ? "_causal" : ""), s);
     }
   }
-  // More backward tiles than an H100/H200 has SMs, so that persistent CTAs (unmasked, fixed-length
-  // problems of at most 1k queries at d96/d128) take several each: K and V reloaded under the
-  // previous tile's epilogue, the Q/dO ring running on, a partial last key block; and GQA with
-  // fewer queries than keys. The forward runs them too: many tiles a CTA through its publisher's
-  // slots.
+  // More backward tiles than an H100/H200 has SMs, so that persistent CTAs (problems of at most
+  // 1k queries at d96/d128) take several each from the tile counter: K and V reloaded under the
+  // previous tile's epilogue, the Q/dO ring running on, a partial last key block, tiles of unequal
+  // length (causal), GQA with fewer queries than keys, and varlen with empty and short sequences
+  // (tiles without queries or past their keys). The forward runs them too: many tiles a CTA
+  // through its publisher's slots.
   for (int d : {64, 96, 128}) {
-    CaseSpec many;
-    many.head_dim = d;
-    many.batch = 4;
-    many.heads = many.heads_kv = 8;
-    many.seqlen_q = many.seqlen_k = 1000;
-    cases.add("many_tiles_d" + std::to_string(d), many);
+    for (bool causal : {false, true}) {
+      CaseSpec many;
+      many.head_dim = d;
+      many.batch = 4;
+      many.heads = many.heads_kv = 8;
+      many.seqlen_q = many.seqlen_k = 1000;
+      many.causal = causal;
+      cases.add("many_tiles_d" + std::to_string(d) + (causal ? "_causal" : ""), many);
+    }
   }
   CaseSpec many_gqa;
   many_gqa.head_dim = 128;
@@ -82,6 +86,14 @@ std::vector<NamedCase> special_cases() {
   many_gqa.seqlen_q = 700;
   many_gqa.seqlen_k = 1100;
   cases.add("many_tiles_gqa", many_gqa);
+  CaseSpec many_varlen;
+  many_varlen.head_dim = 128;
+  many_varlen.heads = 8;
+  many_varlen.heads_kv = 2;
+  many_varlen.varlen_seqlens_q = {700, 0, 129, 1000, 5, 640, 1000, 3, 900, 1000, 77, 512};
+  many_varlen.varlen_seqlens_k = {650, 40, 0, 1100, 130, 640, 1024, 3, 1000, 900, 300, 512};
+  many_varlen.causal = true;
+  cases.add("many_tiles_varlen_gqa_causal", many_varlen);
 
   CaseSpec s;
   s.batch = 3;

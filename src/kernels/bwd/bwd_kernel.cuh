@@ -1,5 +1,5 @@
 // The backward main kernel: barrier setup and warp roles. One CTA per tile (key block, head slice,
-// KV head, batch), or persistent CTAs walking the tiles (Traits::kPersistent); warpgroup 0 is the
+// KV head, batch), or persistent CTAs taking tiles in turn (Traits::kPersistent); warpgroup 0 is the
 // producer group (warp 0 issues TMA, warp 1 writes dQ; in deterministic mode
 // warps 1 .. kDeterministicDqWriters write dQ and warp 3 watches for their turns; all give
 // registers back), warpgroups 1 and 2 run the GEMMs (see bwd_mainloop.cuh for how they share the
@@ -26,18 +26,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID
   using Pipeline = typename Traits::Pipeline;
 
   constexpr bool kPersistent = Traits::template kPersistent<kDeterministic>;
-  // A role's work per tile, f(tile): every tile of this CTA (for_each_backward_tile), or its one
-  // tile, found here before any role starts (the deterministic kernel's loop spilled with the tile
-  // found inside each role: 24/32 -> 348/516 bytes at d128).
+  // A role's work per tile, f(tile): every tile of this CTA (for_each_backward_tile; `publisher`
+  // says whether the role takes the next tiles for the others, as the producer warp does), or its
+  // one tile, found here before any role starts (the deterministic kernel's loop spilled with the
+  // tile found inside each role: 24/32 -> 348/516 bytes at d128).
   const BackwardTile own_tile = make_backward_tile(params, blockIdx.x);
   if (!kPersistent && own_tile.n_block * Traits::kBlockN >= own_tile.seqlen_k) return;  // past its keys (varlen)
-  auto for_each_tile = [&](auto&& f) {
+  auto for_each_tile = [&](auto&& f, auto publisher) {
     if constexpr (kPersistent) {
-      for_each_backward_tile<Traits, kPersistent>(params, f);
+      for_each_backward_tile<Traits, kPersistent, decltype(publisher)::value>(params, smem.tile_ring, f);
     } else {
       f(own_tile);
     }
   };
+  constexpr cute::true_type kPublisher{};
+  constexpr cute::false_type kReader{};
 
   const int warp = cutlass::canonical_warp_idx_sync();
   const int warpgroup = cutlass::canonical_warp_group_idx();
@@ -50,6 +53,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID
       smem.kv_full.init(/*arrive_count=*/1);
       smem.kv_empty.init(/*arrive_count=*/Traits::kMmaThreads);
     }
+    // The tiles' readers: the dQ writer warp and the MMA warps.
+    if constexpr (kPersistent) smem.tile_ring.init(1 + Traits::kMmaThreads / cutlass::NumThreadsPerWarp);
   }
   // Q (with LSE) and dO (with D), in one pipeline or two (kSeparateQdOPipelines); with one,
   // pipeline_do's barriers are not even initialised and nothing uses it.
@@ -68,7 +73,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID
       BackwardRoleState<Traits> role{cutlass::make_producer_start_state<Pipeline>()};
       for_each_tile([&](const BackwardTile& t) {
         backward_producer<Traits, kPersistent>(params, smem, pipeline_q, pipeline_do, t, role);
-      });
+      }, kPublisher);
     }
     // dQ writers: warp 1, or in deterministic mode warps 1 .. kDeterministicDqWriters.
     constexpr int kWriters = kDeterministic ? Traits::kDeterministicDqWriters : 1;
@@ -83,7 +88,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID
       int32_t* finished = nullptr;
       for_each_tile([&](const BackwardTile& t) {
         backward_dq_writer<Traits, kDeterministic>(params, smem, t, /*writer=*/warp - 1, kShares, finished);
-      });
+      }, kReader);
       backward_dq_writer_finish<kDeterministic>(finished);
     }
     if constexpr (kDeterministic) {
@@ -91,7 +96,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID
       static_assert(kWriters < kWatcherWarp, "the turn watcher needs a warp of its own");
       if (warp == kWatcherWarp) {
         wait_for_previous_kernel();  // the preprocess clears the semaphores
-        for_each_tile([&](const BackwardTile& t) { backward_turn_watcher<Traits>(params, t, kWriters); });
+        for_each_tile([&](const BackwardTile& t) { backward_turn_watcher<Traits>(params, t, kWriters); }, kReader);
       }
     }
   } else {
@@ -99,7 +104,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID
     BackwardRoleState<Traits> role;
     for_each_tile([&](const BackwardTile& t) {
       backward_mma<Traits, kDeterministic, kScores, kPersistent>(params, smem, pipeline_q, pipeline_do, t, role);
-    });
+    }, kReader);
   }
 #endif
 }

@@ -77,6 +77,7 @@ BackwardParams<Traits> make_backward_params(const Problem& p, const BackwardTens
   params.softcap_log2_inverse = p.softcap > 0.f ? 1.f / params.softcap_log2 : 0.f;
   params.head_slices = head_slices;
   params.deterministic = deterministic;
+  params.tile_counter = nullptr;  // persistent CTAs' (launch_backward_gradients)
   // What a unit (a slice of a KV head's group, one sequence) streams: Q, dO and the fp32 dQ
   // accumulator of its query heads, and its K and V. Under a mask every unit is a section of its
   // own (section_units = 1, the key-block-fastest order: bwd_grid_order.hpp says why).
@@ -111,7 +112,7 @@ cudaError_t launch_backward_gradients(const Problem& problem, const BackwardTens
   const int key_blocks = backward_key_blocks(problem, Traits::kBlockN);
   const BackwardGridShape grid_shape{key_blocks, static_cast<int>(query_blocks.x), device.multiprocessors, deterministic};
   const int head_slices = has_queries ? backward_head_slices(problem, grid_shape) : 1;
-  const BackwardParams<Traits> params =
+  BackwardParams<Traits> params =
       make_backward_params<Traits>(problem, tensors, workspace, head_slices, deterministic, device.l2_bytes);
 
   if (head_slices > 1) {  // the slices add dK and dV into zeroed sums
@@ -138,18 +139,18 @@ cudaError_t launch_backward_gradients(const Problem& problem, const BackwardTens
   }
   const long long tiles = static_cast<long long>(key_blocks) * head_slices * problem.heads_kv * problem.batch;
   // A CTA per tile, or persistent CTAs (at most one per SM: the shared memory allows no second)
-  // where the tiles are short and all alike. Short: a CTA's start and end cost about four blocks'
-  // time, which persistent CTAs hide under the previous tile; on the H100, non-causal, of cuDNN:
-  // d64 512 / 1k / 2k +17 / +12 / +6%, d128 512 / 1k +3%, d128 2k level and 8k -1%. Alike: they
-  // take their tiles in a fixed round-robin, which leaves the SMs that drew a masked problem's
-  // longest key blocks, or a varlen batch's longest sequences, working alone at the end (a
-  // persistent backward lost 18% at d128 causal 2k-16k that way, docs/perf-log.md, seventh
-  // session); the hardware's hand-out of CTAs balances those.
+  // where the tiles are short: a CTA's start and end cost about four blocks' time, which a
+  // persistent CTA hides under its previous tile. On the H100, non-causal, of cuDNN, with a fixed
+  // round-robin: d64 512 / 1k / 2k +17 / +12 / +6%, d128 512 / 1k +3%, d128 2k level and 8k -1%.
+  // They take their tiles from the workspace's counter (bwd_tile_stream.cuh), which the preprocess
+  // zeroes (there is none without query rows), so masked and varlen tiles of unequal work balance
+  // as a CTA per tile does; causal, of cuDNN: d64 512 / 1k / 2k +13 / +13 / +9%, d128 1k +4%,
+  // 512 -1.6%; varlen d128 512 +2.5%, 1k level.
   constexpr int kPersistentMaxQueryBlocks = 16;
   const bool persistent = (deterministic ? Traits::template kPersistent<true> : Traits::template kPersistent<false>) &&
-                          problem.mask.unbounded() && !problem.varlen() &&
-                          problem.max_seqlen_q <= kPersistentMaxQueryBlocks * Traits::kBlockM;
+                          has_queries && problem.max_seqlen_q <= kPersistentMaxQueryBlocks * Traits::kBlockM;
   const long long ctas = persistent ? std::min<long long>(tiles, std::max(device.multiprocessors, 1)) : tiles;
+  params.tile_counter = persistent ? params.workspace.tile_counter : nullptr;
   // Each kernel after the preprocess sets up under the previous one's last wave (grid_dependency.cuh).
   const dim3 main_grid(static_cast<unsigned>(ctas));
   if (has_queries) {

@@ -6,8 +6,10 @@
 
 #include "kernels/common/problem.hpp"
 #include "kernels/bwd/bwd_grid_order.hpp"
+#include "kernels/bwd/bwd_tile_stream.cuh"
 #include "kernels/bwd/bwd_workspace.hpp"
 #include "kernels/common/block_range.hpp"
+#include "kernels/common/grid_dependency.cuh"
 #include "kernels/common/tma_tensors.cuh"
 
 namespace hopattn {
@@ -56,6 +58,8 @@ struct BackwardParams {
   int head_slices;   // CTAs per (key block, KV head): see bwd_head_slices.hpp
   int section_units;  // deterministic grid order: units per L2 section (bwd_grid_order.hpp)
   bool deterministic;
+  // Persistent CTAs take their tiles from it (bwd_tile_stream.cuh); null: a CTA per tile.
+  int32_t* tile_counter;
 };
 
 // The key block a backward CTA owns and the query blocks it visits for every query head of its
@@ -121,22 +125,30 @@ CUTE_DEVICE BackwardTile make_backward_tile(const BackwardParams<Traits>& params
   return t;
 }
 
-// Calls f(tile) for this CTA's tiles in ascending order: its own (blockIdx.x), or with persistent
-// CTAs (Traits::kPersistent) every gridDim.x-th from there, which is again its own tile alone
-// where the launcher gives such a kernel a CTA per tile. Tiles past their sequence's keys (varlen)
-// are skipped.
-template <class Traits, bool kPersistent, class F>
-CUTE_DEVICE void for_each_backward_tile(const BackwardParams<Traits>& params, F&& f) {
+// Calls f(tile) for this CTA's tiles: its own (blockIdx.x), then with persistent CTAs
+// (Traits::kPersistent) the next ones from params.tile_counter (bwd_tile_stream.cuh), which the
+// producer warp (kPublisher) takes and the other roles read from `ring`; without a counter, as the
+// launcher gives such a kernel a CTA per tile, its own alone. Tiles past their sequence's keys
+// (varlen) are skipped.
+template <class Traits, bool kPersistent, bool kPublisher = false, class F>
+CUTE_DEVICE void for_each_backward_tile(const BackwardParams<Traits>& params, BackwardTileRing& ring, F&& f) {
   const Problem& p = params.problem;
   const long long tiles =
-      kPersistent
-          ? static_cast<long long>(backward_key_blocks(p, Traits::kBlockN)) * params.head_slices * p.heads_kv * p.batch
-          : blockIdx.x + 1ll;
-  const long long step = kPersistent ? gridDim.x : 1;
-  for (long long index = blockIdx.x; index < tiles; index += step) {
+      static_cast<long long>(backward_key_blocks(p, Traits::kBlockN)) * params.head_slices * p.heads_kv * p.batch;
+  int index = blockIdx.x;
+  for (int j = 1;; ++j) {
     const BackwardTile t = make_backward_tile(params, index);
-    if (t.n_block * Traits::kBlockN >= t.seqlen_k) continue;
-    f(t);
+    if (t.n_block * Traits::kBlockN < t.seqlen_k) f(t);
+    if (!kPersistent || params.tile_counter == nullptr) return;
+    if constexpr (kPublisher) {
+      // Here, not before f: the producer returns from a tile with its last loads issued, a few
+      // blocks before the other roles finish it, so the counter's round trip is hidden there.
+      wait_for_previous_kernel();  // the preprocess zeroes the counter
+      index = ring.publish(j, params.tile_counter);
+    } else {
+      index = ring.read(j);
+    }
+    if (index >= tiles) return;
   }
 }
 

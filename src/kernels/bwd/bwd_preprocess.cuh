@@ -36,6 +36,7 @@ __global__ void __launch_bounds__(kPreprocessThreads) backward_preprocess_kernel
   constexpr int kPasses = kRows / kRowsPerPass;
   allow_next_kernel_to_start();  // the main kernel waits for this one before reading the workspace
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  if (m_block == 0 && head == 0 && batch == 0 && threadIdx.x == 0) *ws.tile_counter = 0;  // before any return
   const Sequence seq = problem.queries.sequence(batch);
   if (m_block * kRows >= seq.length) return;  // past this sequence: no query block to prepare
   const long long first = ws.row_index(head, ws.sequence_row(problem.queries, batch) + m_block * kRows);

@@ -11,6 +11,8 @@
 //   sink_partials (heads, padded_rows / kRowBlock) fp64  with attention sinks, per block of kRowBlock
 //             rows: -sum over its rows of exp(sink - LSE) * D (the preprocess's), which the dQ
 //             postprocess adds up per head into dsinks (sink_partial)
+//   tile_counter  int32  the tiles persistent main-kernel CTAs have taken (bwd_tile_stream.cuh);
+//             the preprocess zeroes it
 // With GQA (heads_kv < heads) also, for the head slices (backward_head_slices below):
 //   dk_accum, dv_accum (heads_kv, padded_key_rows, head_dim / head_dim_v) fp32, row-major: dK
 //             (times the softmax scale) and dV summed over the slices of a key block
@@ -47,6 +49,7 @@ struct BackwardWorkspace {
   float* dq_accum = nullptr;
   int32_t* semaphores = nullptr;
   double* sink_partials = nullptr;
+  int32_t* tile_counter = nullptr;
   float* dk_accum = nullptr;  // null without GQA
   float* dv_accum = nullptr;
   int32_t* kv_semaphores = nullptr;
@@ -79,7 +82,8 @@ struct BackwardWorkspace {
     const long long rows = static_cast<long long>(p.heads) * padded_rows_for(p);
     const size_t per_row = sizeof(float) * (2 + static_cast<size_t>(kernel.qk));
     return static_cast<size_t>(rows) * per_row + static_cast<size_t>(rows / kSemaphoreRows) * sizeof(int32_t) +
-           static_cast<size_t>(rows / kRowBlock) * sizeof(double) + 5 * kAlignment + kv_bytes_for(p, kernel);
+           static_cast<size_t>(rows / kRowBlock) * sizeof(double) + sizeof(int32_t) + 6 * kAlignment +
+           kv_bytes_for(p, kernel);
   }
 
   // Carves the arrays out of `base` (16-byte aligned, at least bytes_for() bytes).
@@ -100,10 +104,12 @@ struct BackwardWorkspace {
     w.semaphores = reinterpret_cast<int32_t*>(at);
     at = aligned(at + (rows / kSemaphoreRows) * sizeof(int32_t));
     w.sink_partials = reinterpret_cast<double*>(at);
+    at = aligned(at + (rows / kRowBlock) * sizeof(double));
+    w.tile_counter = reinterpret_cast<int32_t*>(at);
     w.padded_key_rows = padded_key_rows_for(p);
     if (w.padded_key_rows > 0) {
       const long long key_rows = static_cast<long long>(p.heads_kv) * w.padded_key_rows;
-      at = aligned(at + (rows / kRowBlock) * sizeof(double));
+      at = aligned(at + sizeof(int32_t));
       w.dk_accum = reinterpret_cast<float*>(at);
       at = aligned(at + key_rows * static_cast<size_t>(kernel.qk) * sizeof(float));
       w.dv_accum = reinterpret_cast<float*>(at);
