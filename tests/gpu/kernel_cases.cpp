@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <iostream>
 #include <iterator>
 #include <limits>
+#include <string>
 #include <utility>
 
 #include "api/device.hpp"
@@ -47,37 +49,37 @@ std::vector<NamedCase> sweep_cases() {
   return cases.take();
 }
 
-// Larger and special problems: long sequences, strides, scales, varlen corner cases.
-std::vector<NamedCase> special_cases() {
-  SeededCases cases(9000);
-  for (int d : {64, 128, 256}) {
+namespace {
+
+// Multi-head attention of `seqlen` queries and keys, named `prefix` + head dim (+ "_causal").
+void add_square_cases(SeededCases& cases, const std::string& prefix, std::initializer_list<int> head_dims, int batch,
+                      int heads, int seqlen) {
+  for (int d : head_dims) {
     for (bool causal : {false, true}) {
       CaseSpec s;
       s.head_dim = d;
-      s.batch = 1;
-      s.heads = s.heads_kv = 2;
-      s.seqlen_q = s.seqlen_k = 4224;
+      s.batch = batch;
+      s.heads = s.heads_kv = heads;
+      s.seqlen_q = s.seqlen_k = seqlen;
       s.causal = causal;
-      cases.add("long_4224_d" + std::to_string(d) + (causal ? "_causal" : ""), s);
+      cases.add(prefix + std::to_string(d) + (causal ? "_causal" : ""), s);
     }
   }
+}
+
+}  // namespace
+
+// Larger and special problems: long sequences, strides, scales, varlen corner cases.
+std::vector<NamedCase> special_cases() {
+  SeededCases cases(9000);
+  add_square_cases(cases, "long_4224_d", {64, 128, 256}, /*batch=*/1, /*heads=*/2, /*seqlen=*/4224);
   // More backward tiles than an H100/H200 has SMs, so that persistent CTAs (problems of at most
   // 1k queries at d96/d128) take several each from the tile counter: K and V reloaded under the
   // previous tile's epilogue, the Q/dO ring running on, a partial last key block, tiles of unequal
   // length (causal), GQA with fewer queries than keys, and varlen with empty and short sequences
   // (tiles without queries or past their keys). The forward runs them too: many tiles a CTA
   // through its publisher's slots.
-  for (int d : {64, 96, 128}) {
-    for (bool causal : {false, true}) {
-      CaseSpec many;
-      many.head_dim = d;
-      many.batch = 4;
-      many.heads = many.heads_kv = 8;
-      many.seqlen_q = many.seqlen_k = 1000;
-      many.causal = causal;
-      cases.add("many_tiles_d" + std::to_string(d) + (causal ? "_causal" : ""), many);
-    }
-  }
+  add_square_cases(cases, "many_tiles_d", {64, 96, 128}, /*batch=*/4, /*heads=*/8, /*seqlen=*/1000);
   CaseSpec many_gqa;
   many_gqa.head_dim = 128;
   many_gqa.batch = 8;
