@@ -40,6 +40,16 @@ Status read_args(const CArgs* user, void (*init)(CArgs*, size_t), const char* na
   return Status();
 }
 
+// An entry point's frame: the caller's `args` read (read_args), `call(args)` on them, and the
+// outcome reported (the status code, the message kept for hopattn_last_error).
+template <typename CArgs, typename Call>
+int call_with_args(const CArgs* user, void (*init)(CArgs*, size_t), Call&& call) {
+  CArgs args;
+  Status s = read_args(user, init, "args", &args);
+  if (s.ok()) s = call(args);
+  return report(s);
+}
+
 Tensor to_tensor(const hopattn_tensor& t) {
   Tensor out;
   out.data = t.data;
@@ -183,62 +193,49 @@ void(hopattn_kvcache_args_init)(hopattn_kvcache_args* args) {
 }
 
 int hopattn_forward(const hopattn_forward_args* user, void* stream) {
-  hopattn_forward_args args;
-  Status s = hopattn::read_args(user, hopattn_forward_args_init_sized, "args", &args);
-  if (s.ok()) s = hopattn::forward(hopattn::to_forward_args(args), static_cast<hopattn::Stream>(stream));
-  return hopattn::report(s);
+  return hopattn::call_with_args(user, hopattn_forward_args_init_sized, [&](const hopattn_forward_args& args) {
+    return hopattn::forward(hopattn::to_forward_args(args), static_cast<hopattn::Stream>(stream));
+  });
 }
 
 int hopattn_forward_workspace_size(const hopattn_forward_args* user, size_t* bytes) {
-  hopattn_forward_args args;
-  Status s = hopattn::read_args(user, hopattn_forward_args_init_sized, "args", &args);
-  if (s.ok()) s = hopattn::forward_workspace_size(hopattn::to_forward_args(args), bytes);
-  return hopattn::report(s);
+  return hopattn::call_with_args(user, hopattn_forward_args_init_sized, [&](const hopattn_forward_args& args) {
+    return hopattn::forward_workspace_size(hopattn::to_forward_args(args), bytes);
+  });
 }
 
 int hopattn_forward_with_workspace(const hopattn_forward_args* user, void* workspace, size_t workspace_bytes,
                                    void* stream) {
-  hopattn_forward_args args;
-  Status s = hopattn::read_args(user, hopattn_forward_args_init_sized, "args", &args);
-  if (s.ok()) {
-    s = hopattn::forward(hopattn::to_forward_args(args), hopattn::Workspace{workspace, workspace_bytes},
-                         static_cast<hopattn::Stream>(stream));
-  }
-  return hopattn::report(s);
+  return hopattn::call_with_args(user, hopattn_forward_args_init_sized, [&](const hopattn_forward_args& args) {
+    return hopattn::forward(hopattn::to_forward_args(args), hopattn::Workspace{workspace, workspace_bytes},
+                            static_cast<hopattn::Stream>(stream));
+  });
 }
 
 int hopattn_forward_kvcache_workspace_size(const hopattn_kvcache_args* user, size_t* bytes) {
-  hopattn_kvcache_args args;
-  Status s = hopattn::read_args(user, hopattn_kvcache_args_init_sized, "args", &args);
-  if (s.ok()) s = hopattn::forward_kvcache_workspace_size(hopattn::to_kvcache_args(args), bytes);
-  return hopattn::report(s);
+  return hopattn::call_with_args(user, hopattn_kvcache_args_init_sized, [&](const hopattn_kvcache_args& args) {
+    return hopattn::forward_kvcache_workspace_size(hopattn::to_kvcache_args(args), bytes);
+  });
 }
 
 int hopattn_forward_kvcache(const hopattn_kvcache_args* user, void* workspace, size_t workspace_bytes, void* stream) {
-  hopattn_kvcache_args args;
-  Status s = hopattn::read_args(user, hopattn_kvcache_args_init_sized, "args", &args);
-  if (s.ok()) {
-    s = hopattn::forward_kvcache(hopattn::to_kvcache_args(args), hopattn::Workspace{workspace, workspace_bytes},
-                                 static_cast<hopattn::Stream>(stream));
-  }
-  return hopattn::report(s);
+  return hopattn::call_with_args(user, hopattn_kvcache_args_init_sized, [&](const hopattn_kvcache_args& args) {
+    return hopattn::forward_kvcache(hopattn::to_kvcache_args(args), hopattn::Workspace{workspace, workspace_bytes},
+                                    static_cast<hopattn::Stream>(stream));
+  });
 }
 
 int hopattn_backward_workspace_size(const hopattn_backward_args* user, size_t* bytes) {
-  hopattn_backward_args args;
-  Status s = hopattn::read_args(user, hopattn_backward_args_init_sized, "args", &args);
-  if (s.ok()) s = hopattn::backward_workspace_size(hopattn::to_backward_args(args), bytes);
-  return hopattn::report(s);
+  return hopattn::call_with_args(user, hopattn_backward_args_init_sized, [&](const hopattn_backward_args& args) {
+    return hopattn::backward_workspace_size(hopattn::to_backward_args(args), bytes);
+  });
 }
 
 int hopattn_backward(const hopattn_backward_args* user, void* workspace, size_t workspace_bytes, void* stream) {
-  hopattn_backward_args args;
-  Status s = hopattn::read_args(user, hopattn_backward_args_init_sized, "args", &args);
-  if (s.ok()) {
-    s = hopattn::backward(hopattn::to_backward_args(args), hopattn::Workspace{workspace, workspace_bytes},
-                          static_cast<hopattn::Stream>(stream));
-  }
-  return hopattn::report(s);
+  return hopattn::call_with_args(user, hopattn_backward_args_init_sized, [&](const hopattn_backward_args& args) {
+    return hopattn::backward(hopattn::to_backward_args(args), hopattn::Workspace{workspace, workspace_bytes},
+                             static_cast<hopattn::Stream>(stream));
+  });
 }
 
 const char* hopattn_last_error(void) { return hopattn::g_last_error.c_str(); }
