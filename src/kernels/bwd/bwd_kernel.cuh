@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID
   if (!kPersistent && own_tile.n_block * Traits::kBlockN >= own_tile.seqlen_k) return;  // past its keys (varlen)
   auto for_each_tile = [&](auto&& f, auto publisher) {
     if constexpr (kPersistent) {
-      for_each_backward_tile<Traits, kPersistent, decltype(publisher)::value>(params, smem.tile_ring, f);
+      for_each_backward_tile<Traits, decltype(publisher)::value>(params, smem.tile_ring, f);
     } else {
       f(own_tile);
     }

@@ -125,12 +125,12 @@ CUTE_DEVICE BackwardTile make_backward_tile(const BackwardParams<Traits>& params
   return t;
 }
 
-// Calls f(tile) for this CTA's tiles: its own (blockIdx.x), then with persistent CTAs
-// (Traits::kPersistent) the next ones from params.tile_counter (bwd_tile_stream.cuh), which the
-// producer warp (kPublisher) takes and the other roles read from `ring`; without a counter, as the
-// launcher gives such a kernel a CTA per tile, its own alone. Tiles past their sequence's keys
-// (varlen) are skipped.
-template <class Traits, bool kPersistent, bool kPublisher = false, class F>
+// A persistent CTA (Traits::kPersistent) calls f(tile) for its tiles: its own (blockIdx.x), then
+// the next ones from params.tile_counter (bwd_tile_stream.cuh), which the producer warp
+// (kPublisher) takes and the other roles read from `ring`; without a counter, as the launcher gives
+// such a kernel a CTA per tile, its own alone. Tiles past their sequence's keys (varlen) are
+// skipped.
+template <class Traits, bool kPublisher, class F>
 CUTE_DEVICE void for_each_backward_tile(const BackwardParams<Traits>& params, BackwardTileRing& ring, F&& f) {
   const Problem& p = params.problem;
   const long long tiles =
@@ -139,7 +139,7 @@ CUTE_DEVICE void for_each_backward_tile(const BackwardParams<Traits>& params, Ba
   for (int j = 1;; ++j) {
     const BackwardTile t = make_backward_tile(params, index);
     if (t.n_block * Traits::kBlockN < t.seqlen_k) f(t);
-    if (!kPersistent || params.tile_counter == nullptr) return;
+    if (params.tile_counter == nullptr) return;
     if constexpr (kPublisher) {
       // Here, not before f: the producer returns from a tile with its last loads issued, a few
       // blocks before the other roles finish it, so the counter's round trip is hidden there.
