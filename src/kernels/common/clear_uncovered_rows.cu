@@ -24,24 +24,39 @@ struct ClearParams {
 };
 
 constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
 constexpr int kBlocksPerGap = 4;  // a gap's rows are spread over this many CTAs
 constexpr uint32_t kFloatMinusInfinity = 0xff800000u;
 
-// Grid (batch + 1 gaps, kBlocksPerGap, targets).
+template <typename T>
+__device__ void clear_row(const ClearTarget& t, long long row, int lane) {
+  const T fill = static_cast<T>(t.fill);
+  if (t.row_elems >= 32) {  // a head's elements side by side across the lanes
+    for (int head = 0; head < t.heads; ++head) {
+      T* out = t.tensor.at<T>(0, row, head);
+      for (int e = lane; e < t.row_elems; e += 32) out[e] = fill;
+    }
+  } else {  // short rows (LSE: one value a head): the lanes take heads
+    for (int head = lane; head < t.heads; head += 32) {
+      T* out = t.tensor.at<T>(0, row, head);
+      for (int e = 0; e < t.row_elems; ++e) out[e] = fill;
+    }
+  }
+}
+
+// Grid (batch + 1 gaps, kBlocksPerGap, targets). A warp clears a row at a time, walking the gap's
+// rows, heads and elements without dividing: an index per element split by 64-bit division and
+// remainder cost about a hundred instructions an element where seqused leaves long gaps.
 __global__ void __launch_bounds__(kThreads) clear_uncovered_rows_kernel(const __grid_constant__ ClearParams p) {
   const ClearTarget& t = p.targets[blockIdx.z];
   const RowSpan gap = uncovered_rows(t.side, p.batch, static_cast<int>(blockIdx.x));
-  const long long per_row = static_cast<long long>(t.heads) * t.row_elems;
-  const long long elements = (gap.end - gap.begin) * per_row;
-  for (long long i = static_cast<long long>(blockIdx.y) * kThreads + threadIdx.x; i < elements;
-       i += static_cast<long long>(kBlocksPerGap) * kThreads) {
-    const long long row = gap.begin + i / per_row;
-    const long long within = i % per_row;
-    const int head = static_cast<int>(within / t.row_elems), element = static_cast<int>(within % t.row_elems);
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const long long first = gap.begin + static_cast<long long>(blockIdx.y) * kWarps + threadIdx.x / 32;
+  for (long long row = first; row < gap.end; row += static_cast<long long>(kBlocksPerGap) * kWarps) {
     if (t.element_bytes == 2) {
-      t.tensor.at<uint16_t>(0, row, head)[element] = static_cast<uint16_t>(t.fill);
+      clear_row<uint16_t>(t, row, lane);
     } else {
-      t.tensor.at<uint32_t>(0, row, head)[element] = t.fill;
+      clear_row<uint32_t>(t, row, lane);
     }
   }
 }
