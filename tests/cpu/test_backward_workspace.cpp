@@ -207,10 +207,23 @@ TEST(BackwardHeadSlices, UnderAMaskWidenTheGridUpToTheTargetAndDivideTheGroup) {
   EXPECT_EQ(backward_head_slices(p, grid(16, 132)), 2);
   p.heads_kv = 32;  // no GQA
   EXPECT_EQ(backward_head_slices(p, grid(16, 132)), 1);
-  p.heads_kv = 4;  // 8 a group, already a wide grid: one slice
+  p.heads_kv = 4;  // 8 a group, already a wide grid: still at most two heads a CTA
+  EXPECT_EQ(backward_head_slices(p, grid(1024, 132)), 4);
+  p.heads = 12;
+  p.heads_kv = 4;  // 3 a group (odd): the wave rule alone
   EXPECT_EQ(backward_head_slices(p, grid(1024, 132)), 1);
+  p.heads = 32;
   EXPECT_EQ(backward_head_slices(p, grid(1, 132)), 8) << "never more slices than heads";
   EXPECT_EQ(backward_head_slices(p, grid(16, 0)), 1) << "unknown SM count: one slice";
+}
+
+TEST(BackwardHeadSlices, UnderAMaskAtMostTwoHeadsACta) {
+  Problem p = fixed_problem(8, 2048, 64);
+  p.mask = BandMask::from_args(true, -1, -1);
+  p.heads_kv = 8;  // 64/8: 1024 CTAs; the wave rule alone would take two slices of four heads
+  EXPECT_EQ(backward_head_slices(p, grid(16, 132)), 4);
+  p.heads_kv = 32;  // two heads a group: one slice
+  EXPECT_EQ(backward_head_slices(p, grid(1024, 132)), 1);
 }
 
 TEST(BackwardHeadSlices, WithoutAMaskOnlyWhereTheyShortenTheWaves) {
@@ -227,18 +240,18 @@ TEST(BackwardHeadSlices, WithoutAMaskOnlyWhereTheyShortenTheWaves) {
 TEST(BackwardHeadSlices, DeterministicUnderAMaskBoundTheLongestCta) {
   Problem p = fixed_problem(1, 16384, 64);
   p.mask = BandMask::from_args(true, -1, -1);
-  p.heads_kv = 8;  // 8 heads a group, 128 key blocks: the wave rule alone takes two slices
+  p.heads_kv = 8;  // 8 heads a group, 128 key blocks: the wave rule takes two slices, the head bound four
   const BackwardGridShape default_mode{128, 256, 132, false};
-  EXPECT_EQ(backward_head_slices(p, default_mode), 2);
+  EXPECT_EQ(backward_head_slices(p, default_mode), 4);
   BackwardGridShape deterministic = default_mode;
   deterministic.deterministic = true;
   EXPECT_EQ(backward_head_slices(p, deterministic), 8) << "256 query blocks: one head a CTA";
   deterministic.query_blocks = 64;  // 4k: two heads of 64 blocks
   EXPECT_EQ(backward_head_slices(p, deterministic), 4);
-  deterministic.query_blocks = 32;  // 2k: the wave rule's 4 heads make 128 blocks
+  deterministic.query_blocks = 32;  // 2k: two heads of 32 blocks (the head bound, not the block bound)
   p.batch = 8;
   deterministic.key_blocks = 16;
-  EXPECT_EQ(backward_head_slices(p, deterministic), 2);
+  EXPECT_EQ(backward_head_slices(p, deterministic), 4);
   p.mask = BandMask{};  // without a mask the CTAs of a head are alike: the wave rule alone
   deterministic.query_blocks = 256;
   EXPECT_EQ(backward_head_slices(p, deterministic), backward_head_slices(p, BackwardGridShape{16, 256, 132, false}));

@@ -13,7 +13,11 @@ namespace hopattn {
 // - Under a mask (or with varlen) the CTAs' work differs (a causal key block near the diagonal
 //   sees few query blocks), and many CTAs balance it: the smallest divisor whose grid reaches
 //   kTargetWaves waves. Measured on the H200 (d128, causal, 2k/8k): MQA 32/1 0.62 -> 1.08 of
-//   cuDNN, 32/4 0.93 -> 1.08, 64/8 1.01 -> 1.08.
+//   cuDNN, 32/4 0.93 -> 1.08, 64/8 1.01 -> 1.08. And at most kMaxMaskedHeadsPerCta heads a CTA
+//   (where the group divides so): with four, 64/8 took two slices at 2k-8k, and two heads a CTA
+//   measured (H100, d128, causal, of cuDNN, two rounds) 2k 1.04 -> 1.11, 4k 1.07 -> 1.11, 8k
+//   level, deterministic 2k 0.87 -> 1.05; one head a CTA lost at 2k (64/8 1.03, 32/4 1.02: each
+//   slice's dK/dV sums and K/V loads weigh more), and 32/1 with 4 to 16 heads a CTA lost 8-45%.
 // - Without one every CTA has the same work: slices pay only where they shorten the grid's waves,
 //   ceil(ctas * slices / sms) / slices, by a tenth (non-causal 32/1, 32/4, 64/8 at 2k/8k lost
 //   1-7% with eight waves' worth of slices, their grids already being full).
@@ -26,6 +30,7 @@ namespace hopattn {
 //   the CTAs are short already, one head a CTA lost (the slices add dK and dV one after another).
 inline constexpr int kTargetWaves = 8;
 inline constexpr int kMaxDeterministicCtaBlocks = 128;
+inline constexpr int kMaxMaskedHeadsPerCta = 2;
 
 struct BackwardGridShape {
   int key_blocks;       // per (KV head, sequence)
@@ -43,7 +48,9 @@ inline int backward_head_slices(const Problem& p, const BackwardGridShape& grid)
     const long long target = static_cast<long long>(kTargetWaves) * sms;
     for (int slices = 1; slices < group; ++slices) {
       if (group % slices != 0 || ctas * slices < target) continue;
-      const long long cta_blocks = static_cast<long long>(group / slices) * grid.query_blocks;
+      const int heads_per_cta = group / slices;
+      if (heads_per_cta > kMaxMaskedHeadsPerCta && group % kMaxMaskedHeadsPerCta == 0) continue;
+      const long long cta_blocks = static_cast<long long>(heads_per_cta) * grid.query_blocks;
       if (!grid.deterministic || cta_blocks <= kMaxDeterministicCtaBlocks) return slices;
     }
     return group;
