@@ -14,10 +14,11 @@ namespace hopattn {
 //   sees few query blocks), and many CTAs balance it: the smallest divisor whose grid reaches
 //   kTargetWaves waves. Measured on the H200 (d128, causal, 2k/8k): MQA 32/1 0.62 -> 1.08 of
 //   cuDNN, 32/4 0.93 -> 1.08, 64/8 1.01 -> 1.08. And at most kMaxMaskedHeadsPerCta heads a CTA
-//   (where the group divides so): with four, 64/8 took two slices at 2k-8k, and two heads a CTA
-//   measured (H100, d128, causal, of cuDNN, two rounds) 2k 1.04 -> 1.11, 4k 1.07 -> 1.11, 8k
-//   level, deterministic 2k 0.87 -> 1.05; one head a CTA lost at 2k (64/8 1.03, 32/4 1.02: each
-//   slice's dK/dV sums and K/V loads weigh more), and 32/1 with 4 to 16 heads a CTA lost 8-45%.
+//   where the group is even: by waves alone 64/8 took two slices of four heads at 2k-16k; two
+//   heads a CTA measured (H100, d128, causal, of cuDNN, two rounds) 2k 1.04 -> 1.10, 4k 1.07 ->
+//   1.11, 8k 1.08 -> 1.10, 16k 1.09 -> 1.15, deterministic 2k 0.87 -> 1.04. One head a CTA lost
+//   at 2k (64/8 1.03, 32/4 1.02: each slice's dK/dV sums and K/V loads weigh more), and 32/1 with
+//   4 to 16 heads a CTA lost 8-45% (forced slice counts, docs/perf-log.md).
 // - Without one every CTA has the same work: slices pay only where they shorten the grid's waves,
 //   ceil(ctas * slices / sms) / slices, by a tenth (non-causal 32/1, 32/4, 64/8 at 2k/8k lost
 //   1-7% with eight waves' worth of slices, their grids already being full).
