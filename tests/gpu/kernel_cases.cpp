@@ -74,12 +74,12 @@ std::vector<NamedCase> special_cases() {
   SeededCases cases(9000);
   add_square_cases(cases, "long_4224_d", {64, 128, 256}, /*batch=*/1, /*heads=*/2, /*seqlen=*/4224);
   // More backward tiles than an H100/H200 has SMs, so that persistent CTAs (problems of at most
-  // 1k queries at d96/d128) take several each from the tile counter: K and V reloaded under the
-  // previous tile's epilogue, the Q/dO ring running on, a partial last key block, tiles of unequal
-  // length (causal), GQA with fewer queries than keys, and varlen with empty and short sequences
-  // (tiles without queries or past their keys). The forward runs them too: many tiles a CTA
-  // through its publisher's slots.
-  add_square_cases(cases, "many_tiles_d", {64, 96, 128}, /*batch=*/4, /*heads=*/8, /*seqlen=*/1000);
+  // 16 query blocks: 1k queries, 2k at d64) take several each from the tile counter: K and V
+  // reloaded under the previous tile's epilogue (at d192/d256 with the tile's first Q/dO stages),
+  // the Q/dO ring running on, a partial last key block, tiles of unequal length (causal), GQA with
+  // fewer queries than keys, and varlen with empty and short sequences (tiles without queries or
+  // past their keys). The forward runs them too: many tiles a CTA through its publisher's slots.
+  add_square_cases(cases, "many_tiles_d", {64, 96, 128, 192, 256}, /*batch=*/4, /*heads=*/8, /*seqlen=*/1000);
   CaseSpec many_gqa;
   many_gqa.head_dim = 128;
   many_gqa.batch = 8;
@@ -96,6 +96,8 @@ std::vector<NamedCase> special_cases() {
   many_varlen.varlen_seqlens_k = {650, 40, 0, 1100, 130, 640, 1024, 3, 1000, 900, 300, 512};
   many_varlen.causal = true;
   cases.add("many_tiles_varlen_gqa_causal", many_varlen);
+  many_varlen.head_dim = 256;
+  cases.add("many_tiles_varlen_gqa_causal_d256", many_varlen);
 
   CaseSpec s;
   s.batch = 3;

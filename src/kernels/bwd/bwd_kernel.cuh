@@ -49,10 +49,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(CUTE_GRID
     cute::prefetch_tma_descriptor(params.tma_dout.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
-    if constexpr (!Traits::kSeparateQdOPipelines) {
-      smem.kv_full.init(/*arrive_count=*/1);
-      smem.kv_empty.init(/*arrive_count=*/Traits::kMmaThreads);
-    }
+    if constexpr (!Traits::kSeparateQdOPipelines) smem.kv_full.init(/*arrive_count=*/1);
+    if constexpr (kPersistent) smem.kv_empty.init(/*arrive_count=*/Traits::kMmaThreads);
     // The tiles' readers: the dQ writer warp and the MMA warps.
     if constexpr (kPersistent) smem.tile_ring.init(1 + Traits::kMmaThreads / cutlass::NumThreadsPerWarp);
   }

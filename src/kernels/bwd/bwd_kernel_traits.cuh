@@ -73,18 +73,15 @@ struct BackwardKernelTraits {
   // pipeline carries a block's Q, dO and row statistics, and K and V have a barrier of their own.
   // As here (twenty-seventh session, H100): d256 +2.3% default, +3.0% deterministic, the rest level.
   static constexpr bool kSeparateQdOPipelines = kSplitQueries;
-  // Persistent CTAs, one per SM taking the tiles in the grid's order (bwd_tile_stream.cuh), where K
-  // and V have a barrier of their own (one pipeline) and without determinism (the launcher takes
-  // them for short tiles only, launch_backward_gradients): the next tile's K and V load once the MMA
-  // warpgroups' last GEMMs of a tile have read them (kv_empty), under its dK/dV epilogue and last
-  // dQ handoff, and the Q/dO ring runs on across tiles. One CTA per tile paid for that start and
-  // end on every tile: about four blocks' time a CTA at d128 (a fit of the 512 and 16k rows of a
-  // full run, docs/perf-log.md). The deterministic kernel's loop spilled (d128: 24/32 -> 388/488
-  // bytes) with the tile loop around it.
+  // Persistent CTAs, one per SM taking the tiles in the grid's order (bwd_tile_stream.cuh), without
+  // determinism (the launcher takes them for short tiles only, launch_backward_gradients): the next
+  // tile's K and V load once the MMA warpgroups' last GEMMs of a tile have read them (kv_empty),
+  // under its dK/dV epilogue and last dQ handoff, and the Q/dO ring runs on across tiles. One CTA
+  // per tile paid for that start and end on every tile: about four blocks' time a CTA at d128 (a
+  // fit of the 512 and 16k rows of a full run, docs/perf-log.md). The deterministic kernel's loop
+  // spilled (d128: 24/32 -> 388/488 bytes) with the tile loop around it.
   template <bool kDeterministic>
-  static constexpr bool kPersistent = !kSeparateQdOPipelines && !kDeterministic;
-  struct NoTileRing {};
-  using TileRing = std::conditional_t<kSeparateQdOPipelines, NoTileRing, BackwardTileRing>;
+  static constexpr bool kPersistent = !kDeterministic;
   static constexpr int kScoreWarpgroups = kBlockN / 64;                      // along the keys
   static constexpr int kHeadDimSplits = kMmaWarpgroups / kScoreWarpgroups;  // of dK and dV
   static constexpr int kQuerySplits = kHeadDimSplits;                        // of S^T and dP^T
@@ -219,8 +216,8 @@ struct BackwardKernelTraits {
     cute::array_aligned<float, kStages * kBlockM, 128> lse_log2;
     cute::array_aligned<float, kStages * kBlockM, 128> dpsum;
     cutlass::arch::ClusterTransactionBarrier kv_full;  // K and V, with one pipeline
-    cutlass::arch::ClusterBarrier kv_empty;            // read by the MMA warpgroups (persistent CTAs)
-    TileRing tile_ring;                                // persistent CTAs' next tiles (bwd_tile_stream.cuh)
+    cutlass::arch::ClusterBarrier kv_empty;            // K and V read by the MMA warpgroups (persistent CTAs)
+    BackwardTileRing tile_ring;                        // persistent CTAs' next tiles (bwd_tile_stream.cuh)
     typename Pipeline::SharedStorage pipeline_q;
     typename Pipeline::SharedStorage pipeline_do;  // with separate pipelines
   };

@@ -101,16 +101,17 @@ CUTE_DEVICE void backward_producer(const BackwardParams<Traits>& params, typenam
   auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
   auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
   constexpr bool kSeparate = Traits::kSeparateQdOPipelines;
+  // The previous tile's K and V are free once the MMA warpgroups' last GEMMs of it completed.
+  if (kPersistent && role.kv_tiles > 0) smem.kv_empty.wait((role.kv_tiles - 1) & 1);
+  const bool first_tile = role.kv_tiles == 0;
+  ++role.kv_tiles;
   if constexpr (!kSeparate) {  // K and V on a barrier of their own, then every block's stage after the preprocess
-    // The previous tile's K and V are free once the MMA warpgroups' last GEMMs of it completed.
-    if (kPersistent && role.kv_tiles > 0) smem.kv_empty.wait((role.kv_tiles - 1) & 1);
     if (leader) {
       smem.kv_full.arrive_and_expect_tx(Traits::kKVBytes);
       copy(params.tma_k.with(reinterpret_cast<uint64_t&>(smem.kv_full)), tKgK, tKsK);
       copy(params.tma_v.with(reinterpret_cast<uint64_t&>(smem.kv_full)), tVgV, tVsV);
     }
-    if (role.kv_tiles == 0) wait_for_previous_kernel();  // the preprocess writes the row statistics
-    ++role.kv_tiles;
+    if (first_tile) wait_for_previous_kernel();  // the preprocess writes the row statistics
   }
 
   cute::Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);
@@ -158,7 +159,7 @@ CUTE_DEVICE void backward_producer(const BackwardParams<Traits>& params, typenam
         }
       }
       if (leader) copy(params.tma_dout.with(*do_full), tdOgdO(_, m), tdOsdO(_, stage));
-      if (kSeparate && first) wait_for_previous_kernel();  // the preprocess writes the row statistics
+      if (kSeparate && first && first_tile) wait_for_previous_kernel();  // the preprocess writes the row statistics
       first = false;
       if (leader) {
         SM90_BULK_COPY_G2S::copy(ws.lse_log2 + row, q_full, smem.lse_log2.data() + stage * Traits::kBlockM,
